@@ -1,0 +1,59 @@
+"""Suite-wide pytest wiring: a marker per test directory, and precise skips where a test cannot run.
+
+`pytest -m cpu` runs tests_cpu/ (CI); `pytest -m gpu` runs tests_gpu/ and skips each test with the
+reason when JAX sees no GPU; `pytest -m fabric` runs tests_fabric/ and skips each test when no slice
+inventory is given. None of them passes silently: a skip says why.
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+MARKER_BY_DIR = {"tests_cpu": "cpu", "tests_gpu": "gpu", "tests_fabric": "fabric"}
+INVENTORY_ENV = "HARNESS_SLICE_INVENTORY"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slice-inventory", default=os.environ.get(INVENTORY_ENV), metavar="FILE",
+                     help=f"TOML inventory of a live slice for the fabric tests (or set {INVENTORY_ENV})")
+
+
+def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).parent
+    for item in items:
+        top = Path(item.path).relative_to(root).parts[0]
+        if top in MARKER_BY_DIR:
+            item.add_marker(MARKER_BY_DIR[top])
+
+    if any("gpu" in item.keywords for item in items):
+        reason = gpu_missing_reason()
+        if reason:
+            for item in items:
+                if "gpu" in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
+
+    if any("fabric" in item.keywords for item in items):
+        reason = inventory_missing_reason(config.getoption("--slice-inventory"))
+        if reason:
+            for item in items:
+                if "fabric" in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def gpu_missing_reason() -> str | None:
+    import jax
+
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError as e:
+        return (f"no GPU: JAX has no gpu backend here ({str(e).splitlines()[0]}); "
+                f"devices are {[d.device_kind for d in jax.devices()]}")
+    return None if gpus else "no GPU: JAX's gpu backend lists no devices"
+
+
+def inventory_missing_reason(path: str | None) -> str | None:
+    if not path:
+        return f"no slice inventory: pass --slice-inventory FILE or set {INVENTORY_ENV}"
+    if not Path(path).is_file():
+        return f"slice inventory {path} does not exist"
+    return None

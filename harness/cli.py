@@ -1,0 +1,39 @@
+"""`python -m harness`: the suite's command line.
+
+Every subcommand takes --json, which puts exactly one JSON document on stdout (as its last and
+only line); progress and logs go to stderr. Bad input ends the command with one line,
+`harness: error: ...`, and exit status 2, before any expensive work.
+"""
+import argparse
+import json
+import sys
+
+from harness import __version__
+from harness.commands import COMMANDS
+from harness.errors import BadInput
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m harness",
+        description="Reproduce and check the claims of 'Performance of Small Language Model Pretraining "
+                    "on FABRIC' (arXiv 2602.02632): four parallelization techniques on two-VM GPU slices.")
+    p.add_argument("--version", action="version", version=f"harness {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module in COMMANDS.items():
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+        cmd.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        status, result = COMMANDS[args.command].run(args)
+    except BadInput as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, separators=(",", ":")))
+    return status

@@ -1,0 +1,93 @@
+"""Model and training configurations as dataclasses; the model itself lives in model.py.
+
+The paper's models are GPT-2 shapes with 1024 positions (PAPER.md, "Models"). The scale models
+share the architecture exactly and differ only in size, so that everything measured on a CPU
+runs the same code as a paper-scale run.
+"""
+from dataclasses import dataclass
+
+from harness.errors import BadInput
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    name: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    tie_embeddings: bool = True  # GPT-2 and the paper's likely setup share input/output embeddings
+    dropout: float = 0.0  # the Alpa/HF example trains GPT-2 without dropout
+    dtype: str = "float32"  # compute dtype; parameters and optimizer state stay float32
+
+    def __post_init__(self):
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"model {self.name}: {name} must be positive, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise BadInput(f"model {self.name}: n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise BadInput(f"model {self.name}: dropout must be in [0, 1), got {self.dropout}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise BadInput(f"model {self.name}: dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+MODELS = {
+    # The paper's models (PAPER.md, "Models").
+    "gpt2m": GPTConfig("gpt2m", n_layer=24, n_head=16, n_embd=1024),
+    "gpt2l": GPTConfig("gpt2l", n_layer=26, n_head=20, n_embd=1280),
+    "gpt2L": GPTConfig("gpt2L", n_layer=30, n_head=20, n_embd=1280),
+    # CPU scale models: same architecture, small enough for a 2-core machine.
+    # scale-tiny is for unit tests that must compile and train in seconds.
+    "scale-tiny": GPTConfig("scale-tiny", n_layer=2, n_head=4, n_embd=64, vocab_size=1024, n_positions=64),
+    # scale-small is the default for `harness train` and the trials of the claims.
+    "scale-small": GPTConfig("scale-small", n_layer=4, n_head=4, n_embd=256, vocab_size=4096, n_positions=128),
+}
+
+
+def model_config(name: str) -> GPTConfig:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise BadInput(f"unknown model {name!r}; expected one of {', '.join(MODELS)}") from None
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings; defaults follow Alpa's run_clm_flax example (PAPER.md, last section)."""
+
+    batch_size: int = 8  # sequences per step (global batch)
+    seq_len: int | None = None  # tokens per sequence; None means the model's n_positions
+    steps: int | None = None  # stop after this many steps ...
+    epochs: float | None = None  # ... or after this many passes over the packed corpus
+    seed: int = 0
+    learning_rate: float = 5e-3
+    warmup_steps: int | None = None  # None: 10% of the run (the paper gives no schedule length)
+    adam_b1: float = 0.9
+    adam_b2: float = 0.98
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.01
+    grad_clip_norm: float = 1.0
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise BadInput(f"batch_size must be positive, got {self.batch_size}")
+        if self.seq_len is not None and self.seq_len < 2:
+            raise BadInput(f"seq_len must be at least 2, got {self.seq_len}")
+        if self.steps is not None and self.steps < 1:
+            raise BadInput(f"steps must be positive, got {self.steps}")
+        if self.epochs is not None and self.epochs <= 0:
+            raise BadInput(f"epochs must be positive, got {self.epochs}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise BadInput(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+
+    def resolved_seq_len(self, model: GPTConfig) -> int:
+        seq_len = self.seq_len or model.n_positions
+        if seq_len > model.n_positions:
+            raise BadInput(f"seq_len {seq_len} is beyond model {model.name}'s {model.n_positions} positions")
+        return seq_len

@@ -1,0 +1,148 @@
+"""GPT-2 in Flax NNX: causal self-attention, pre-LayerNorm, learned positions, GELU MLP, tied embeddings.
+
+The model knows nothing about devices or parallelism: techniques place its parameters with
+sharding rules keyed by parameter path, and a pipeline cuts the stacked layers along their
+leading axis. The n_layer blocks are created with nnx.vmap, so every block parameter has a
+leading layer axis, and run with lax.scan, so compile time does not grow with depth.
+
+Functional use, as the trainer and techniques need it:
+    graphdef, params = init(cfg, seed)        # params: nested dict of arrays
+    logits = apply(graphdef, params, tokens)  # tokens: int32 [batch, seq]
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from harness.config import GPTConfig
+
+INIT_STD = 0.02  # GPT-2's initializer_range
+
+
+def _normal(std):
+    return nnx.initializers.normal(stddev=std)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        dtype = jnp.dtype(cfg.dtype)
+        self.qkv = nnx.Linear(cfg.n_embd, 3 * cfg.n_embd, kernel_init=_normal(INIT_STD), dtype=dtype, rngs=rngs)
+        # Residual projections are scaled down with depth, as in GPT-2, so the residual stream's
+        # variance does not grow with the number of layers.
+        proj_std = INIT_STD / math.sqrt(2 * cfg.n_layer)
+        self.proj = nnx.Linear(cfg.n_embd, cfg.n_embd, kernel_init=_normal(proj_std), dtype=dtype, rngs=rngs)
+
+    def __call__(self, x):
+        batch, seq, _ = x.shape
+        heads, head_dim = self.cfg.n_head, self.cfg.head_dim
+        q, k, v = jnp.split(self.qkv(x), 3, axis=-1)
+        q, k, v = (t.reshape(batch, seq, heads, head_dim) for t in (q, k, v))
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(head_dim)
+        causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+        scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(batch, seq, heads * head_dim)
+        return self.proj(out)
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
+        dtype = jnp.dtype(cfg.dtype)
+        self.fc = nnx.Linear(cfg.n_embd, 4 * cfg.n_embd, kernel_init=_normal(INIT_STD), dtype=dtype, rngs=rngs)
+        proj_std = INIT_STD / math.sqrt(2 * cfg.n_layer)
+        self.proj = nnx.Linear(4 * cfg.n_embd, cfg.n_embd, kernel_init=_normal(proj_std), dtype=dtype, rngs=rngs)
+
+    def __call__(self, x):
+        return self.proj(jax.nn.gelu(self.fc(x), approximate=True))  # GPT-2's tanh GELU
+
+
+def _dropout(x, rate, key):
+    if rate == 0.0 or key is None:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.ln_1 = nnx.LayerNorm(cfg.n_embd, epsilon=1e-5, rngs=rngs)
+        self.attn = Attention(cfg, rngs)
+        self.ln_2 = nnx.LayerNorm(cfg.n_embd, epsilon=1e-5, rngs=rngs)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x, dropout_key=None):
+        k1, k2 = jax.random.split(dropout_key) if dropout_key is not None else (None, None)
+        x = x + _dropout(self.attn(self.ln_1(x)), self.cfg.dropout, k1)
+        return x + _dropout(self.mlp(self.ln_2(x)), self.cfg.dropout, k2)
+
+
+class GPT(nnx.Module):
+    def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.wte = nnx.Embed(cfg.vocab_size, cfg.n_embd, embedding_init=_normal(INIT_STD), rngs=rngs)
+        self.wpe = nnx.Embed(cfg.n_positions, cfg.n_embd, embedding_init=_normal(INIT_STD), rngs=rngs)
+
+        @nnx.split_rngs(splits=cfg.n_layer)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def stacked_blocks(rngs):
+            return Block(cfg, rngs)
+
+        self.blocks = stacked_blocks(rngs)
+        self.ln_f = nnx.LayerNorm(cfg.n_embd, epsilon=1e-5, rngs=rngs)
+        if not cfg.tie_embeddings:
+            self.lm_head = nnx.Linear(cfg.n_embd, cfg.vocab_size, use_bias=False,
+                                      kernel_init=_normal(INIT_STD), rngs=rngs)
+
+    def embed(self, tokens, dropout_key=None):
+        positions = jnp.arange(tokens.shape[-1])
+        x = (self.wte(tokens) + self.wpe(positions)).astype(jnp.dtype(self.cfg.dtype))
+        return _dropout(x, self.cfg.dropout, dropout_key)
+
+    def run_blocks(self, x, dropout_key=None):
+        """Apply however many blocks self.blocks holds (a pipeline stage holds a slice of them)."""
+        graphdef, state = nnx.split(self.blocks)
+        layers = jax.tree.leaves(state)[0].shape[0]
+        keys = jax.random.split(dropout_key, layers) if dropout_key is not None else None
+
+        def step(h, layer):
+            block_state, key = layer
+            return nnx.merge(graphdef, block_state)(h, key), None
+
+        x, _ = jax.lax.scan(step, x, (state, keys))
+        return x
+
+    def head(self, x):
+        x = self.ln_f(x)
+        if self.cfg.tie_embeddings:
+            return self.wte.attend(x).astype(jnp.float32)
+        return self.lm_head(x).astype(jnp.float32)
+
+    def __call__(self, tokens, dropout_key=None):
+        k_embed, k_blocks = jax.random.split(dropout_key) if dropout_key is not None else (None, None)
+        return self.head(self.run_blocks(self.embed(tokens, k_embed), k_blocks))
+
+
+def init(cfg: GPTConfig, seed: int = 0):
+    """Build the model and return (graphdef, params) with params as a nested dict of arrays."""
+    graphdef, state = nnx.split(GPT(cfg, nnx.Rngs(seed)))
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def abstract_init(cfg: GPTConfig):
+    """(graphdef, params) with params as ShapeDtypeStructs: paper-scale trees without memory."""
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: GPT(cfg, nnx.Rngs(0))))
+    return graphdef, jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(state))
+
+
+def apply(graphdef, params, tokens, dropout_key=None):
+    return nnx.merge(graphdef, params)(tokens, dropout_key)
+
+
+def loss_fn(graphdef, params, inputs, targets, dropout_key=None):
+    """Mean next-token cross-entropy in float32."""
+    logits = apply(graphdef, params, inputs, dropout_key)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.take_along_axis(logp, targets[..., None], axis=-1).mean()

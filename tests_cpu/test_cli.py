@@ -1,0 +1,51 @@
+"""`python -m harness` as a user runs it: help, a training run with --json, and bad input."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import records
+
+
+def harness(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, **kw)
+
+
+def test_help_lists_the_subcommands():
+    proc = harness("--help")
+    assert proc.returncode == 0 and "train" in proc.stdout
+
+
+def test_train_help_documents_defaults():
+    proc = harness("train", "--help")
+    assert proc.returncode == 0
+    for option in ("--model", "--steps", "--corpus", "--tokenizer", "--json", "scale-small"):
+        assert option in proc.stdout
+
+
+def test_train_json_prints_exactly_one_valid_record():
+    proc = harness("train", "--model", "scale-tiny", "--steps", "50", "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1  # progress went to stderr
+    record = records.validate(json.loads(lines[0]))
+    assert record["model"]["name"] == "scale-tiny" and record["steps"] == 50 and record["status"] == "ok"
+    assert "step 50/50" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "gpt9"], "unknown model 'gpt9'; expected one of"),
+    (["--corpus", "/no/such/corpus"], "corpus path /no/such/corpus does not exist"),
+    (["--model", "scale-tiny", "--seq-len", "65"], "seq_len 65 is beyond model scale-tiny's 64 positions"),
+    (["--tokenizer", "/no/such/dir"], "tokenizer directory /no/such/dir: missing vocab.json"),
+    (["--batch-size", "0"], "batch_size must be positive"),
+])
+def test_bad_input_is_one_line_before_any_training(args, message):
+    proc = harness("train", *args, "--json")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("harness:")]
+    assert errors == [f"harness: error: {errors[0].removeprefix('harness: error: ')}"]
+    assert message in errors[0]
+    assert "training " not in proc.stderr  # stopped before tokenizing and compiling

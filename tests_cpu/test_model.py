@@ -1,0 +1,90 @@
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from harness import flops, model
+from harness.config import MODELS, GPTConfig, model_config
+from harness.errors import BadInput
+
+
+def tree_size(params) -> int:
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+
+
+@pytest.mark.parametrize("name", ["gpt2m", "gpt2l", "gpt2L"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_paper_scale_parameter_count_matches_closed_form_and_tree(name, tied):
+    cfg = GPTConfig(**{**model_config(name).__dict__, "tie_embeddings": tied})
+    _, params = model.abstract_init(cfg)  # shapes only: nothing of paper scale is allocated
+    assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(params))
+    assert tree_size(params) == flops.param_count(cfg)
+
+
+def test_gpt2m_has_the_published_size():
+    # Hugging Face's gpt2-medium: 354,823,168 parameters with tied embeddings.
+    assert flops.param_count(model_config("gpt2m")) == 354_823_168
+
+
+def test_paper_models_have_the_papers_dimensions():
+    shapes = {n: (MODELS[n].n_embd, MODELS[n].n_head, MODELS[n].n_layer, MODELS[n].n_positions, MODELS[n].vocab_size)
+              for n in ("gpt2m", "gpt2l", "gpt2L")}
+    assert shapes == {"gpt2m": (1024, 16, 24, 1024, 50257), "gpt2l": (1280, 20, 26, 1024, 50257),
+                      "gpt2L": (1280, 20, 30, 1024, 50257)}
+
+
+@pytest.mark.parametrize("name", ["scale-tiny", "scale-small"])
+def test_scale_model_real_tree_matches_closed_form(name):
+    _, params = model.init(model_config(name))
+    assert tree_size(params) == flops.param_count(model_config(name))
+
+
+def test_blocks_are_stacked_on_a_leading_layer_axis():
+    cfg = model_config("scale-tiny")
+    _, params = model.abstract_init(cfg)
+    for leaf in jax.tree.leaves(params["blocks"]):
+        assert leaf.shape[0] == cfg.n_layer
+
+
+def test_attention_is_causal():
+    cfg = model_config("scale-tiny")
+    graphdef, params = model.init(cfg, seed=1)
+    tokens = jax.random.randint(jax.random.key(0), (2, 32), 0, cfg.vocab_size)
+    changed = tokens.at[:, 20:].set((tokens[:, 20:] + 7) % cfg.vocab_size)
+    a, b = model.apply(graphdef, params, tokens), model.apply(graphdef, params, changed)
+    assert jnp.allclose(a[:, :20], b[:, :20], atol=1e-6)  # the past does not see the future
+    assert not jnp.allclose(a[:, 20:], b[:, 20:], atol=1e-3)
+
+
+def test_tied_model_has_no_separate_output_matrix():
+    _, tied = model.init(model_config("scale-tiny"))
+    _, untied = model.init(GPTConfig(**{**model_config("scale-tiny").__dict__, "tie_embeddings": False}))
+    assert "lm_head" not in tied and untied["lm_head"]["kernel"].shape == (64, 1024)
+
+
+def test_compiled_program_does_not_grow_with_depth():
+    """Layers are scanned: the lowered program of 8 layers is the size of that of 2 layers."""
+    def program_size(n_layer):
+        cfg = GPTConfig(**{**model_config("scale-tiny").__dict__, "n_layer": n_layer})
+        graphdef, params = model.abstract_init(cfg)
+        tokens = jax.ShapeDtypeStruct((2, 16), jnp.int32)
+        return len(jax.jit(lambda p, t: model.apply(graphdef, p, t)).lower(params, tokens).as_text())
+
+    assert program_size(8) == pytest.approx(program_size(2), rel=0.02)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"n_embd": 100, "n_head": 3}, "n_embd 100 is not divisible by n_head 3"),
+    ({"n_layer": 0}, "n_layer must be positive"),
+    ({"dtype": "float64"}, "dtype must be"),
+])
+def test_bad_model_config_is_rejected_with_the_field_named(fields, message):
+    base = {"name": "bad", "n_layer": 2, "n_head": 4, "n_embd": 64}
+    with pytest.raises(BadInput, match=message):
+        GPTConfig(**{**base, **fields})
+
+
+def test_unknown_model_name_lists_the_known_ones():
+    with pytest.raises(BadInput, match="unknown model 'gpt5'; expected one of gpt2m, gpt2l, gpt2L"):
+        model_config("gpt5")

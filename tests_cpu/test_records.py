@@ -1,0 +1,83 @@
+import copy
+import json
+
+import pytest
+
+from harness import data, records, train
+from harness.config import TrainConfig, model_config
+
+
+@pytest.fixture(scope="module")
+def record(fixture_corpus):
+    model_cfg, cfg = model_config("scale-tiny"), TrainConfig(steps=3, batch_size=8, seq_len=32)
+    packed = data.prepare(model_cfg.vocab_size, 32, 8, fixture_corpus)
+    return train.to_record(model_cfg, cfg, packed, train.train(model_cfg, cfg, packed))
+
+
+def test_real_record_round_trips_through_jsonl(record, tmp_path):
+    path = tmp_path / "results.jsonl"
+    records.append(path, record)
+    records.append(path, record)
+    assert records.read(path) == [record, record]
+
+
+def test_record_carries_the_measurements(record):
+    assert record["schema_version"] == 1 and record["status"] == "ok" and record["reason"] is None
+    assert record["steps"] == 3 and record["tokens"] == 3 * 8 * 32
+    assert len(record["losses"]) == len(record["timing"]["step_times_s"]) == 3
+    assert record["throughput"]["tflops_alpa"] > 0
+    assert record["throughput"]["mfu"] is None  # a CPU has no known peak
+    assert record["environment"]["packages"]["jax"]
+
+
+def mutate(record, path, value):
+    bad = copy.deepcopy(record)
+    *parents, last = path
+    target = bad
+    for key in parents:
+        target = target[key]
+    if value is DELETE:
+        del target[last]
+    else:
+        target[last] = value
+    return bad
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (["schema_version"], 2, "schema_version"),
+    (["technique"], "DataParallel", "technique"),
+    (["status"], "crashed", "status"),
+    (["status"], "oom", "reason"),  # a failed trial must say why
+    (["steps"], -1, "steps"),
+    (["timing", "median_step_s"], "fast", "timing/median_step_s"),
+    (["model", "params"], DELETE, "model"),
+    (["cluster", "hosts"], 0, "cluster/hosts"),
+    (["losses"], [1.0, "nan"], "losses/1"),
+    (["created_at"], "yesterday", "created_at"),
+    (["unexpected"], 1, "<record>"),
+])
+def test_malformed_records_are_rejected_naming_the_field(record, path, value, field):
+    bad = mutate(record, path, value)
+    with pytest.raises(records.InvalidRecord, match=f"field {field}"):
+        records.validate(bad)
+    with pytest.raises(records.InvalidRecord, match=f"results.jsonl:1: trial record field {field}"):
+        records.loads(json.dumps(bad), "results.jsonl:1")
+
+
+def test_failed_trial_with_reason_is_valid(record):
+    failed = mutate(mutate(record, ["status"], "oom"), ["reason"], "RESOURCE_EXHAUSTED: 17.2 GB > 16 GB")
+    assert records.validate(failed)["status"] == "oom"
+
+
+def test_non_json_line_is_rejected():
+    with pytest.raises(records.InvalidRecord, match="results.jsonl:7: not JSON"):
+        records.loads("{oops", "results.jsonl:7")
+
+
+def test_failures_are_classified():
+    assert records.failure(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1GB"))[0] == "oom"
+    assert records.failure(KeyboardInterrupt()) == ("error", "interrupted by the user")
+    assert records.failure(ValueError("boom")) == ("error", "ValueError: boom")
