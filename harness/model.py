@@ -28,23 +28,25 @@ class Attention(nnx.Module):
     def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
         self.cfg = cfg
         dtype = jnp.dtype(cfg.dtype)
-        self.qkv = nnx.Linear(cfg.n_embd, 3 * cfg.n_embd, kernel_init=_normal(INIT_STD), dtype=dtype, rngs=rngs)
+        heads = (cfg.n_head, cfg.head_dim)
+        # q, k and v keep an explicit head axis (kernel [H, 3, heads, head_dim]) so that a
+        # tensor-parallel split by heads is exact; the parameter count is GPT-2's fused c_attn.
+        self.qkv = nnx.LinearGeneral(cfg.n_embd, (3, *heads), kernel_init=_normal(INIT_STD), dtype=dtype, rngs=rngs)
         # Residual projections are scaled down with depth, as in GPT-2, so the residual stream's
         # variance does not grow with the number of layers.
         proj_std = INIT_STD / math.sqrt(2 * cfg.n_layer)
-        self.proj = nnx.Linear(cfg.n_embd, cfg.n_embd, kernel_init=_normal(proj_std), dtype=dtype, rngs=rngs)
+        self.proj = nnx.LinearGeneral(heads, cfg.n_embd, axis=(-2, -1), kernel_init=_normal(proj_std),
+                                      dtype=dtype, rngs=rngs)
 
     def __call__(self, x):
-        batch, seq, _ = x.shape
-        heads, head_dim = self.cfg.n_head, self.cfg.head_dim
-        q, k, v = jnp.split(self.qkv(x), 3, axis=-1)
-        q, k, v = (t.reshape(batch, seq, heads, head_dim) for t in (q, k, v))
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(head_dim)
+        seq = x.shape[1]
+        qkv = self.qkv(x)  # [batch, seq, 3, heads, head_dim]
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(self.cfg.head_dim)
         causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
         scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(batch, seq, heads * head_dim)
-        return self.proj(out)
+        return self.proj(jnp.einsum("bhqk,bkhd->bqhd", probs, v))
 
 
 class MLP(nnx.Module):
@@ -101,17 +103,22 @@ class GPT(nnx.Module):
         x = (self.wte(tokens) + self.wpe(positions)).astype(jnp.dtype(self.cfg.dtype))
         return _dropout(x, self.cfg.dropout, dropout_key)
 
-    def run_blocks(self, x, dropout_key=None):
-        """Apply however many blocks self.blocks holds (a pipeline stage holds a slice of them)."""
+    def run_blocks(self, x, dropout_key=None, active=None):
+        """Apply the blocks self.blocks holds, in order.
+
+        A pipeline stage holds a slice of the layers, padded to the longest stage; active (bool
+        per layer) marks the real ones, and padded layers pass x through untouched.
+        """
         graphdef, state = nnx.split(self.blocks)
         layers = jax.tree.leaves(state)[0].shape[0]
         keys = jax.random.split(dropout_key, layers) if dropout_key is not None else None
 
         def step(h, layer):
-            block_state, key = layer
-            return nnx.merge(graphdef, block_state)(h, key), None
+            block_state, key, on = layer
+            run = lambda h: nnx.merge(graphdef, block_state)(h, key)
+            return (run(h) if on is None else jax.lax.cond(on, run, lambda h: h, h)), None
 
-        x, _ = jax.lax.scan(step, x, (state, keys))
+        x, _ = jax.lax.scan(step, x, (state, keys, active))
         return x
 
     def head(self, x):
@@ -141,8 +148,12 @@ def apply(graphdef, params, tokens, dropout_key=None):
     return nnx.merge(graphdef, params)(tokens, dropout_key)
 
 
+def token_losses(logits, targets):
+    """Next-token cross-entropy per position, in float32."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+
+
 def loss_fn(graphdef, params, inputs, targets, dropout_key=None):
-    """Mean next-token cross-entropy in float32."""
-    logits = apply(graphdef, params, inputs, dropout_key)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    return -jnp.take_along_axis(logp, targets[..., None], axis=-1).mean()
+    """Mean next-token cross-entropy."""
+    return token_losses(apply(graphdef, params, inputs, dropout_key), targets).mean()

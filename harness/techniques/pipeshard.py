@@ -1,0 +1,183 @@
+"""Pipeshard: pipeline stages across VMs, data parallelism inside each, as alpa.PipeshardParallel.
+
+The layers are cut into one stage per VM (Alpa's submeshes; in the paper's 4-GPU runs, two
+stages on two 1x2 meshes). Cut points balance the cost of each stage: the last stage also runs
+the output head, so it gets fewer blocks. The batch is split into microbatches that flow through
+the stages in the GPipe schedule: all forwards, then (by autodiff of the same loop) all backwards.
+
+What crosses VMs is only point-to-point: each microbatch's activations go forward to the next
+stage and their gradients come back (collective-permute). With tied embeddings the first stage
+(input embedding) and the last (output head) share one matrix, so its two gradients are summed
+once per step; that all-reduce is the only collective spanning VMs. The loss and the gradient
+norm (for clipping) are summed over stages by passing them around the ring of stages.
+
+Inside a VM, each microbatch is split over the VM's devices and stage gradients are all-reduced
+over them (intra-operator parallelism on the fast axis only).
+
+Layout: every parameter gets a leading stage axis sharded over the VMs. Blocks are [stage,
+layer-in-stage, ...], padded to the longest stage with inactive layers; the embeddings live on
+the first stage, the head's LayerNorm (and untied head) on the last, zeros elsewhere.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+from harness import flops, model, optim
+from harness.config import GPTConfig, TrainConfig
+from harness.errors import BadInput
+from harness.techniques.common import ALL, DEVICES, HOSTS, ClusterShape, Plan, check_divisible, make_mesh, microbatches
+
+
+def balance(n_layers: int, n_stages: int, layer_cost: float, last_extra: float) -> list[int]:
+    """Blocks per stage (contiguous, at least one each) minimising the costliest stage."""
+    @functools.cache
+    def best(layers: int, stages: int) -> tuple[float, tuple[int, ...]]:
+        # The last `stages` stages hold the last `layers` blocks; the very last also runs the head.
+        if stages == 1:
+            return layers * layer_cost + last_extra, (layers,)
+        options = []
+        for here in range(1, layers - stages + 2):
+            rest_cost, rest = best(layers - here, stages - 1)
+            options.append((max(here * layer_cost, rest_cost), (here, *rest)))
+        return min(options)
+
+    return list(best(n_layers, n_stages)[1])
+
+
+class PipeshardParallel:
+    name = "Pipeshard"
+
+    def __init__(self, micro_batches: int = 4):
+        self.micro_batches = micro_batches
+
+    def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
+        if shape.hosts > model_cfg.n_layer:
+            raise BadInput(f"Pipeshard: {shape.hosts} stages (one per VM) but model {model_cfg.name} "
+                           f"has only {model_cfg.n_layer} layers")
+        check_divisible("batch", batch, self.micro_batches, "microbatches")
+        check_divisible("microbatch", batch // self.micro_batches, shape.devices_per_host, "devices per VM")
+
+    def stage_sizes(self, model_cfg: GPTConfig, hosts: int, batch: int, seq_len: int) -> list[int]:
+        head = 6 * batch * seq_len * model_cfg.n_embd * model_cfg.vocab_size
+        layer = (flops.alpa_step_flops(model_cfg, batch, seq_len) - head) / model_cfg.n_layer
+        return balance(model_cfg.n_layer, hosts, layer, head)
+
+    def build(self, model_cfg: GPTConfig, shape: ClusterShape, cfg: TrainConfig, total_steps: int,
+              devices=None) -> Plan:
+        self.validate(model_cfg, shape, cfg.batch_size)
+        mesh = make_mesh(shape, devices)
+        n_stages, m, batch = shape.hosts, self.micro_batches, cfg.batch_size
+        seq_len = cfg.resolved_seq_len(model_cfg)
+        sizes = self.stage_sizes(model_cfg, n_stages, batch, seq_len)
+        starts, depth = np.cumsum([0, *sizes[:-1]]), max(sizes)
+        active = np.array([[i < n for i in range(depth)] for n in sizes])  # [stage, layer-in-stage]
+        tied = model_cfg.tie_embeddings
+        graphdef, abstract = model.abstract_init(model_cfg)
+
+        def layout(params):
+            def per_stage(x, stages_with_it):
+                return jnp.stack([x if s in stages_with_it else jnp.zeros_like(x) for s in range(n_stages)])
+
+            def blocks(x):
+                pad = lambda part: jnp.pad(part, [(0, depth - part.shape[0])] + [(0, 0)] * (part.ndim - 1))
+                return jnp.stack([pad(x[start:start + n]) for start, n in zip(starts, sizes)])
+
+            first, last = {0}, {n_stages - 1}
+            out = {"blocks": jax.tree.map(blocks, params["blocks"]),
+                   "wpe": per_stage(params["wpe"]["embedding"], first),
+                   "ln_f": jax.tree.map(lambda x: per_stage(x, last), params["ln_f"]),
+                   # Tied: the first and last stage each keep a copy, kept equal by summing their gradients.
+                   "wte": per_stage(params["wte"]["embedding"], first | last if tied else first)}
+            if not tied:
+                out["lm_head"] = per_stage(params["lm_head"]["kernel"], last)
+            return out
+
+        def stage_model(p):
+            """This stage's parameters, under the model's own names, as a model to call."""
+            own = {"blocks": jax.tree.map(lambda x: x[0], p["blocks"]), "wpe": {"embedding": p["wpe"][0]},
+                   "ln_f": jax.tree.map(lambda x: x[0], p["ln_f"]), "wte": {"embedding": p["wte"][0]}}
+            if not tied:
+                own["lm_head"] = {"kernel": p["lm_head"][0]}
+            return nnx.merge(graphdef, own)
+
+        def ring_sum(x):
+            """Sum over stages by passing values around the ring of VMs: point-to-point only."""
+            total = x
+            for _ in range(n_stages - 1):
+                x = jax.lax.ppermute(x, HOSTS, [(i, (i + 1) % n_stages) for i in range(n_stages)])
+                total = total + x
+            return total
+
+        def varying_zeros(shape=(), dtype=jnp.float32):
+            # Loop carries and branches must be typed as per-device values, like what flows in them.
+            return jax.lax.pcast(jnp.zeros(shape, dtype), ALL, to="varying")
+
+        def device_step(params, opt_state, inputs, targets):
+            stage = jax.lax.axis_index(HOSTS)
+            layers_on = jnp.asarray(active)[stage]
+            tokens_total = batch * seq_len
+
+            def local_loss(p):
+                net = stage_model(p)
+                act0 = varying_zeros((*inputs.shape[1:], model_cfg.n_embd), jnp.dtype(model_cfg.dtype))
+
+                def tick(carry, t):
+                    act, loss = carry
+                    # Stage s works on microbatch t - s; outside that window it idles (the bubble).
+                    x = jax.lax.cond(stage == 0, lambda: net.embed(inputs[jnp.minimum(t, m - 1)]), lambda: act)
+                    busy = (t >= stage) & (t < stage + m)
+                    y = jax.lax.cond(busy, lambda h: net.run_blocks(h, active=layers_on), lambda h: h, x)
+                    mb = t - (n_stages - 1)
+                    loss += jax.lax.cond(
+                        (stage == n_stages - 1) & (mb >= 0),
+                        lambda: model.token_losses(net.head(y), targets[jnp.maximum(mb, 0)]).sum(),
+                        varying_zeros)
+                    if n_stages > 1:  # activations go forward one stage: the only per-microbatch transfer
+                        y = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(n_stages - 1)])
+                    return (y, loss), None
+
+                (_, loss), _ = jax.lax.scan(tick, (act0, varying_zeros()), jnp.arange(m + n_stages - 1))
+                return loss / tokens_total  # this device's share of the batch's mean loss
+
+            local = jax.lax.pcast(params, DEVICES, to="varying")
+            loss, grads = jax.value_and_grad(local_loss)(local)
+            grads = jax.tree.map(lambda g: jax.lax.psum(g, DEVICES), grads)  # data parallel inside the VM
+            if tied:  # the one collective across VMs: first stage's embedding + last stage's head
+                grads["wte"] = jax.lax.psum(grads["wte"], HOSTS)
+            loss = ring_sum(jax.lax.psum(loss, DEVICES))
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss.reshape(1)
+
+        def global_norm(grads):
+            stage = jax.lax.axis_index(HOSTS)
+            squares = {k: sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(v)) for k, v in grads.items()}
+            if tied:  # both copies hold the same summed gradient: count it once
+                squares["wte"] = jnp.where(stage == 0, squares["wte"], 0.0)
+            return jnp.sqrt(ring_sum(sum(squares.values())))
+
+        abstract_layout = jax.eval_shape(layout, abstract)
+        optimizer = optim.make(cfg, total_steps, abstract_layout, norm_fn=global_norm)
+        param_specs = jax.tree.map(lambda _: P(HOSTS), abstract_layout)
+        opt_specs = jax.tree.map(lambda x: P(HOSTS) if x.ndim else P(), jax.eval_shape(optimizer.init, abstract_layout))
+        batch_spec = P(None, DEVICES)
+        step = jax.shard_map(device_step, mesh=mesh, in_specs=(param_specs, opt_specs, batch_spec, batch_spec),
+                             out_specs=(param_specs, opt_specs, P(ALL)))
+        return Plan(
+            technique=self.name, mesh=mesh, micro_batches=m,
+            layout=layout, param_specs=param_specs,
+            opt_init=optimizer.init, opt_specs=opt_specs,
+            batch_layout=lambda x: microbatches(x, m), batch_spec=batch_spec,
+            step=jax.jit(step, donate_argnums=(0, 1)),
+            details={"stages": f"{n_stages} (one per VM), blocks per stage {sizes} (balanced by cost; "
+                               f"the last stage also runs the head)",
+                     "schedule": f"GPipe, {m} microbatches, {m + n_stages - 1} ticks",
+                     "inside a VM": f"each microbatch split over {shape.devices_per_host} devices, "
+                                    "stage gradients all-reduced inside the VM",
+                     "between VMs": "activations and their gradients by collective-permute"
+                                    + ("; tied embedding gradient summed across first and last stage" if tied else "")},
+        )

@@ -1,0 +1,91 @@
+"""ZeRO2: data parallelism with gradients and optimizer state partitioned, as alpa.Zero2Parallel.
+
+Every device holds the whole model and takes 1/N of the batch, as in Data. Each parameter is
+viewed as a flat vector cut into N equal chunks (padded at the end); device i owns chunk i:
+1. gradients are reduce-scattered, so device i receives only the summed chunk i;
+2. device i keeps Adam's moments for chunk i alone (1/N of Data's optimizer state) and updates
+   chunk i of the parameters;
+3. the updated chunks are all-gathered, so every device again holds the whole model.
+Reduce-scatter plus all-gather move as many bytes as one all-reduce, in two collectives.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import PartitionSpec as P
+
+from harness import model, optim
+from harness.config import GPTConfig, TrainConfig
+from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
+
+
+def chunked(x, n: int):
+    """x flattened and zero-padded to a multiple of n elements."""
+    flat = x.reshape(-1)
+    return jnp.pad(flat, (0, -flat.size % n))
+
+
+class Zero2Parallel:
+    name = "ZeRO2"
+
+    def __init__(self, micro_batches: int = 1):
+        self.micro_batches = micro_batches
+
+    def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
+        check_divisible("batch", batch, shape.n_devices * self.micro_batches, "devices x microbatches")
+
+    def build(self, model_cfg: GPTConfig, shape: ClusterShape, cfg: TrainConfig, total_steps: int,
+              devices=None) -> Plan:
+        self.validate(model_cfg, shape, cfg.batch_size)
+        mesh = make_mesh(shape, devices)
+        n = shape.n_devices
+        graphdef, abstract = model.abstract_init(model_cfg)
+
+        def global_norm(grad_chunks):
+            # Each device holds different chunks: the squared norm is summed over all of them.
+            local = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad_chunks))
+            return jnp.sqrt(jax.lax.psum(local, ALL))
+
+        optimizer = optim.make(cfg, total_steps, abstract, norm_fn=global_norm)
+        sizes = jax.tree.map(lambda x: math.prod(x.shape), abstract)
+
+        def device_step(params, opt_chunks, inputs, targets):
+            local = jax.lax.pcast(params, ALL, to="varying")
+            grad_fn = jax.value_and_grad(lambda p, x, y: model.loss_fn(graphdef, p, x, y))
+            loss, grads = accumulate(grad_fn, local, inputs, targets, self.micro_batches)
+            loss = jax.lax.psum(loss, ALL) / n
+            # 1. reduce-scatter: this device receives the sum of its chunk of every gradient.
+            grad_chunks = jax.tree.map(
+                lambda g: jax.lax.psum_scatter(chunked(g, n), ALL, scatter_dimension=0, tiled=True) / n, grads)
+            # 2. update this device's chunk with this device's part of the optimizer state.
+            me = jax.lax.axis_index(ALL)
+            param_chunks = jax.tree.map(lambda p, g: jax.lax.dynamic_slice_in_dim(chunked(p, n), me * g.size, g.size),
+                                        params, grad_chunks)
+            updates, opt_chunks = optimizer.update(grad_chunks, opt_chunks, param_chunks)
+            new_chunks = optax.apply_updates(param_chunks, updates)
+            # 3. all-gather: every device gets the whole updated model back.
+            params = jax.tree.map(
+                lambda c, p, size: jax.lax.all_gather(c, ALL, tiled=True, to="invarying")[:size].reshape(p.shape),
+                new_chunks, params, sizes)
+            return params, opt_chunks, loss
+
+        def opt_init(params):
+            return optimizer.init(jax.tree.map(lambda p: chunked(p, n), params))
+
+        replicated = jax.tree.map(lambda _: P(), abstract)
+        # Moments are flat chunk vectors, split over all devices; Adam's step count is a scalar.
+        opt_specs = jax.tree.map(lambda x: P(ALL) if x.ndim == 1 else P(), jax.eval_shape(opt_init, abstract))
+        step = jax.shard_map(device_step, mesh=mesh, in_specs=(P(), opt_specs, P(ALL), P(ALL)),
+                             out_specs=(P(), opt_specs, P()))
+        return Plan(
+            technique=self.name, mesh=mesh, micro_batches=self.micro_batches,
+            layout=lambda params: params, param_specs=replicated,
+            opt_init=opt_init, opt_specs=opt_specs,
+            batch_layout=lambda x: x, batch_spec=P(ALL),
+            step=jax.jit(step, donate_argnums=(0, 1)),
+            details={"parameters": "replicated on every device",
+                     "optimizer state": f"partitioned: each device keeps 1/{n} of Adam's moments",
+                     "batch": f"split over all {n} devices",
+                     "gradient sync": f"reduce-scatter, then all-gather of updated parameters, over all {n} devices"},
+        )
