@@ -1,8 +1,9 @@
-"""The single-device trainer: one jitted step (loss, gradients, optimizer update), timed per step.
+"""The training loop: the single-device reference trainer, and the same loop over a technique's Plan.
 
-Later techniques replace the step and the placement of state; the loop, the timing and the
-record stay the same. Compilation is done ahead of the loop so that its time is reported on its
-own and no step time includes it.
+A step is one compiled function (loss, gradients, optimizer update). The single-device trainer
+is the numerical reference every technique is checked against; a technique changes the step and
+the placement of state, while the loop, the timing and the record stay the same. Compilation
+is done ahead of the loop so that its time is reported on its own and no step time includes it.
 """
 import statistics
 import time
@@ -16,6 +17,7 @@ from harness import environment, flops, hardware, model, optim, records
 from harness.config import GPTConfig, TrainConfig
 from harness.data import PackedCorpus
 from harness.errors import BadInput
+from harness.techniques.common import local_scalar
 
 WARMUP_STEPS_EXCLUDED = 1  # the first executed step still pays for buffer allocation
 
@@ -71,18 +73,33 @@ def train(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus, run: Train
     base_key = jax.random.key(cfg.seed)
 
     step_fn = make_step(graphdef, optimizer, dropout=model_cfg.dropout > 0)
-    inputs, targets = data.batch(0, cfg.batch_size, cfg.seed)
-    start = time.perf_counter()
-    step_fn = step_fn.lower(params, opt_state, inputs, targets, base_key).compile()
-    run.compile_s = time.perf_counter() - start
 
-    for step in range(run.total_steps):
+    def args(step):
         inputs, targets = data.batch(step, cfg.batch_size, cfg.seed)
-        inputs, targets = jnp.asarray(inputs), jnp.asarray(targets)
-        key = jax.random.fold_in(base_key, step)
+        return jnp.asarray(inputs), jnp.asarray(targets), jax.random.fold_in(base_key, step)
+
+    return _loop(run, step_fn, params, opt_state, args, on_step)
+
+
+def train_plan(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus, run: TrainRun | None = None,
+               on_step=None) -> TrainRun:
+    """Train with a technique's Plan; every process of a multi-process run calls this in step."""
+    run = run or TrainRun(total_steps(cfg, data))
+    _, canonical = model.init(model_cfg, cfg.seed)  # the same initial model as the reference
+    params, opt_state = plan.init_state(canonical)
+    return _loop(run, plan.step, params, opt_state,
+                 lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)), on_step)
+
+
+def _loop(run: TrainRun, step_fn, params, opt_state, args, on_step) -> TrainRun:
+    start = time.perf_counter()
+    step_fn = step_fn.lower(params, opt_state, *args(0)).compile()
+    run.compile_s = time.perf_counter() - start
+    for step in range(run.total_steps):
+        step_args = args(step)
         start = time.perf_counter()
-        params, opt_state, loss = step_fn(params, opt_state, inputs, targets, key)
-        loss = float(loss)  # waits for the step, like block_until_ready
+        params, opt_state, loss = step_fn(params, opt_state, *step_args)
+        loss = local_scalar(loss)  # waits for the step, like block_until_ready
         seconds = time.perf_counter() - start
         run.losses.append(loss)
         run.step_times_s.append(seconds)

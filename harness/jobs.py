@@ -1,0 +1,55 @@
+"""A training job as plain data, so that it can be sent to worker processes (and Ray actors).
+
+execute(job) is the same function whether it runs in this process (all devices local) or in
+every process of a multi-process run (one process per VM, joined by jax.distributed); that is
+what makes "same numbers in one process and in several" a test of the techniques, not of glue.
+"""
+import dataclasses
+from dataclasses import dataclass, field
+
+from harness import data, train
+from harness.config import GPTConfig, TrainConfig
+from harness.techniques import ClusterShape, technique
+from harness.techniques.shard_parallel import IntraOpPlan
+
+
+@dataclass
+class Job:
+    technique: str
+    model: dict  # GPTConfig fields
+    hosts: int
+    devices_per_host: int
+    train: dict = field(default_factory=dict)  # TrainConfig fields
+    options: dict = field(default_factory=dict)  # technique options, e.g. micro_batches
+    corpus: str | None = None
+    corpus_config: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Job":
+        return cls(**d)
+
+
+def technique_options(job: Job) -> dict:
+    options = dict(job.options)
+    if isinstance(options.get("plan"), dict):  # a Shard plan sent as data
+        p = options["plan"]
+        options["plan"] = IntraOpPlan(tuple(p["data"]), tuple(p["tensor"]), p["shard_optimizer"])
+    return options
+
+
+def execute(job: Job) -> dict:
+    model_cfg, cfg = GPTConfig(**job.model), TrainConfig(**job.train)
+    seq_len = cfg.resolved_seq_len(model_cfg)
+    shape = ClusterShape(job.hosts, job.devices_per_host)
+    plan = technique(job.technique, **technique_options(job)).build(model_cfg, shape, cfg, cfg.steps)
+    corpus = data.load_corpus(job.corpus, job.corpus_config)
+    packed = data.prepare(model_cfg.vocab_size, seq_len, cfg.batch_size, corpus)
+    run = train.train_plan(plan, model_cfg, cfg, packed)
+    import jax
+
+    return {"process_index": jax.process_index(), "process_count": jax.process_count(),
+            "losses": run.losses, "step_times_s": run.step_times_s, "compile_s": run.compile_s,
+            "description": plan.describe()}

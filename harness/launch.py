@@ -1,0 +1,70 @@
+"""Starting one process per VM. The techniques only need jax.distributed to be up in each.
+
+LocalProcesses runs the processes on this machine over loopback: the reference multi-process
+setup, and what CI uses. The emulated slices start the same worker through Ray inside network
+namespaces; anything that can start `python -m harness.worker` with the four environment
+variables and read its stdout is a launcher.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WorkerFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class LocalProcesses:
+    hosts: int
+    devices_per_host: int
+    timeout_s: float = 600
+
+    def run(self, jobs: list[dict]) -> list[list[dict]]:
+        """Run jobs on every process; returns each process's results, by process index."""
+        address = f"127.0.0.1:{free_port()}"
+        procs, logs = [], []
+        try:
+            for i in range(self.hosts):
+                env = {**os.environ, "HARNESS_COORDINATOR": address, "HARNESS_NUM_PROCESSES": str(self.hosts),
+                       "HARNESS_PROCESS_ID": str(i), "HARNESS_LOCAL_DEVICES": str(self.devices_per_host),
+                       "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+                env.pop("XLA_FLAGS", None)  # the device count comes from HARNESS_LOCAL_DEVICES
+                # Output goes to files, not pipes: a chatty worker must never block on a full pipe.
+                out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+                logs.append((out, err))
+                procs.append(subprocess.Popen([sys.executable, "-m", "harness.worker"], env=env, text=True,
+                                              stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True))
+            for p in procs:  # every worker gets its jobs before any waits for the others
+                p.stdin.write(json.dumps(jobs))
+                p.stdin.close()
+            for p in procs:
+                p.wait(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise WorkerFailed(f"workers did not finish within {self.timeout_s:.0f} s") from None
+        finally:
+            for p in procs:  # on success they have exited; on any failure or Ctrl-C none is left behind
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        results = []
+        for i, (p, (out, err)) in enumerate(zip(procs, logs)):
+            out.seek(0), err.seek(0)
+            stdout, stderr = out.read(), err.read()
+            out.close(), err.close()
+            if p.returncode != 0:
+                tail = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
+                raise WorkerFailed(f"worker {i} exited with {p.returncode}: {tail}")
+            results.append(json.loads(stdout.strip().splitlines()[-1]))
+        return results
