@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# Four CPU devices in the test process, so that one process can play a 1x4, 2x2 or 4x1 cluster.
+# Set before JAX is imported anywhere; it has no effect on GPU backends.
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
+
 MARKER_BY_DIR = {"tests_cpu": "cpu", "tests_gpu": "gpu", "tests_fabric": "fabric"}
 INVENTORY_ENV = "HARNESS_SLICE_INVENTORY"
 

@@ -22,7 +22,7 @@ def decays(path) -> bool:
     return getattr(path[-1], "key", None) not in ("bias", "scale")
 
 
-def clip_by_global_norm(max_norm: float, norm_fn=optax.global_norm) -> optax.GradientTransformation:
+def clip_by_global_norm(max_norm: float, norm_fn=optax.tree.norm) -> optax.GradientTransformation:
     """optax's clip_by_global_norm with the norm as a parameter: a technique whose gradients are
     spread over devices (ZeRO2's shards, Pipeshard's stages) passes a norm that sums across them."""
     def clip(grads, params=None):
@@ -32,7 +32,7 @@ def clip_by_global_norm(max_norm: float, norm_fn=optax.global_norm) -> optax.Gra
     return optax.stateless(clip)
 
 
-def make(cfg: TrainConfig, total_steps: int, params, norm_fn=optax.global_norm) -> optax.GradientTransformation:
+def make(cfg: TrainConfig, total_steps: int, params, norm_fn=optax.tree.norm) -> optax.GradientTransformation:
     """params: any tree with the model's leaf names (a technique's layout of them will do)."""
     mask = jax.tree_util.tree_map_with_path(lambda path, _: decays(path), params)
     return optax.chain(

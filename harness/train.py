@@ -117,8 +117,12 @@ def peak_tflops(dtype: str) -> float | None:
 
 
 def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None, run: TrainRun | None,
-              status: str = "ok", reason: str | None = None, peak: float | None = None) -> dict:
-    """The trial record of a single-device run; a failed or interrupted run is recorded too."""
+              status: str = "ok", reason: str | None = None, peak: float | None = None, technique: str = "Single",
+              cluster: dict | None = None, micro_batches: int = 1, memory: dict | None = None) -> dict:
+    """The trial record of a run (by default the single-device reference); failed runs are recorded too."""
+    cluster = cluster or {"slice": None, "vms_used": None, "hosts": 1, "devices_per_host": 1,
+                          "network": {"mechanism": None, "rtt_ms": None}}
+    n_devices = cluster["hosts"] * cluster["devices_per_host"]
     seq_len = data.seq_len if data else cfg.resolved_seq_len(model_cfg)
     steps = len(run.losses) if run else 0
     median = run.median_step_s if run else None
@@ -127,10 +131,9 @@ def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None,
     per_epoch = data.steps_per_epoch(cfg.batch_size) if data else None
     peak = peak if peak is not None else peak_tflops(model_cfg.dtype)
     return records.new_record(
-        technique="Single",
+        technique=technique,
         backend="jax",
-        cluster={"slice": None, "vms_used": None, "hosts": 1, "devices_per_host": 1,
-                 "network": {"mechanism": None, "rtt_ms": None}},
+        cluster=cluster,
         model={"name": model_cfg.name, "n_layer": model_cfg.n_layer, "n_head": model_cfg.n_head,
                "n_embd": model_cfg.n_embd, "vocab_size": model_cfg.vocab_size,
                "n_positions": model_cfg.n_positions, "tie_embeddings": model_cfg.tie_embeddings,
@@ -140,7 +143,7 @@ def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None,
               "tokenizer_vocab": data.tokenizer.vocab_size if data else None,
               "blocks": len(data.blocks) if data else None,
               "steps_per_epoch": per_epoch},
-        batch={"global_batch": cfg.batch_size, "seq_len": seq_len, "micro_batches": 1},
+        batch={"global_batch": cfg.batch_size, "seq_len": seq_len, "micro_batches": micro_batches},
         precision=model_cfg.dtype,
         steps=steps,
         tokens=steps * cfg.batch_size * seq_len,
@@ -150,12 +153,12 @@ def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None,
                 "excluded_warmup_steps": WARMUP_STEPS_EXCLUDED,
                 "median_step_s": median,
                 "epoch_time_s": median * per_epoch if median and per_epoch else None},
-        throughput={"tflops_alpa": flops.tflops(alpa, median, 1) if median else None,
-                    "mfu": flops.tflops(rule, median, 1) / peak if median and peak else None,
+        throughput={"tflops_alpa": flops.tflops(alpa, median, n_devices) if median else None,
+                    "mfu": flops.tflops(rule, median, n_devices) / peak if median and peak else None,
                     "peak_tflops": peak,
                     "flops_per_step_alpa": alpa,
                     "flops_per_step_rule": rule},
-        memory={"bytes_per_device": None, "source": None},
+        memory=memory or {"bytes_per_device": None, "source": None},
         status=status,
         reason=reason,
         environment=environment.describe(),

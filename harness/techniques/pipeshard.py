@@ -124,6 +124,9 @@ class PipeshardParallel:
 
             def local_loss(p):
                 net = stage_model(p)
+                # Logits are [microbatch, seq, vocab]: recomputed in the backward pass rather than
+                # kept, because a loop stores a branch's intermediates on every tick, taken or not.
+                head_loss = jax.checkpoint(lambda y, tgt: model.token_losses(net.head(y), tgt).sum())
                 act0 = varying_zeros((*inputs.shape[1:], model_cfg.n_embd), jnp.dtype(model_cfg.dtype))
 
                 def tick(carry, t):
@@ -133,10 +136,8 @@ class PipeshardParallel:
                     busy = (t >= stage) & (t < stage + m)
                     y = jax.lax.cond(busy, lambda h: net.run_blocks(h, active=layers_on), lambda h: h, x)
                     mb = t - (n_stages - 1)
-                    loss += jax.lax.cond(
-                        (stage == n_stages - 1) & (mb >= 0),
-                        lambda: model.token_losses(net.head(y), targets[jnp.maximum(mb, 0)]).sum(),
-                        varying_zeros)
+                    loss += jax.lax.cond((stage == n_stages - 1) & (mb >= 0),
+                                         lambda: head_loss(y, targets[jnp.maximum(mb, 0)]), varying_zeros)
                     if n_stages > 1:  # activations go forward one stage: the only per-microbatch transfer
                         y = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(n_stages - 1)])
                     return (y, loss), None

@@ -1,0 +1,112 @@
+"""Per-device memory of each technique at paper scale, without a GPU and without allocating.
+
+Each technique's train step is compiled from shape structs (jax.ShapeDtypeStruct with the plan's
+shardings), and XLA's memory analysis of the compiled program gives the bytes one device needs:
+arguments (parameters, optimizer state, batch) + outputs not aliased to arguments + temporaries
+(activations kept for the backward pass, gradients, workspace). A device whose GPU has less
+memory than that is out of memory: the paper's x.
+
+Caveat, stated in every result: the program is compiled by XLA's CPU backend. Its buffer
+assignment and fusion differ from the GPU backend's, so absolute figures are estimates; the
+comparison between techniques on the same compiler is what the memory claims rest on.
+
+The paper does not state batch size, microbatches or precision; they are explicit assumptions
+here, defaulting to the most likely setup (Alpa's run_clm_flax: 8 sequences per GPU, 4
+microbatches, float32).
+"""
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import jax
+
+from harness import flops, model, records, train
+from harness.config import GPTConfig, TrainConfig
+from harness.netmodel import Links
+from harness.slices import Slice
+from harness.techniques import TECHNIQUES, ClusterShape, technique
+
+SOURCE = "xla-cpu-memory-analysis (compile only)"
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    batch_per_gpu: int = 8
+    micro_batches: int = 4
+    precision: str = "float32"
+
+    def __str__(self) -> str:
+        return f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
+
+
+def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
+    """Where a run of `gpus` GPUs goes on a slice: all VMs, or each single VM on its own."""
+    per_vm = sl.gpus_per_vm
+    if gpus == per_vm * len(sl.vms):
+        return [([vm.name for vm in sl.vms], ClusterShape(len(sl.vms), per_vm))]
+    if gpus == per_vm:
+        return [([vm.name], ClusterShape(1, per_vm)) for vm in sl.vms]
+    raise ValueError(f"slice {sl.name} has {len(sl.vms)} VMs of {per_vm} GPUs: use {per_vm} or {per_vm * len(sl.vms)} GPUs")
+
+
+def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: Assumptions):
+    """The technique as configured for this slice; the returned shape is the mesh it compiles for."""
+    if name == "Shard":
+        gpus = [vm.accelerator for vm in sl.vms if vm.name in vms]
+        return technique(name, micro_batches=a.micro_batches, links=Links.for_rtt(sl.rtt_ms),
+                         device_flops=min(g.peak_tflops(a.precision) for g in gpus) * 1e12,
+                         device_memory=min(g.memory_bytes for g in gpus)), shape
+    if name == "Pipeshard" and shape.hosts == 1:
+        # On one VM, Pipeshard's stages are the VM's GPUs (Alpa's 1x1 submeshes).
+        return technique(name, micro_batches=a.micro_batches), ClusterShape(shape.devices_per_host, 1)
+    return technique(name, micro_batches=a.micro_batches), shape
+
+
+def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Assumptions) -> dict:
+    batch = a.batch_per_gpu * shape.n_devices
+    cfg = TrainConfig(batch_size=batch, seq_len=model_cfg.n_positions, steps=1)
+    start = time.perf_counter()
+    plan = tech.build(model_cfg, shape, cfg, total_steps=1)
+    _, abstract = model.abstract_init(model_cfg)
+    analysis = plan.step.lower(*plan.abstract_args(abstract, batch, model_cfg.n_positions)).compile().memory_analysis()
+    need = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes - analysis.alias_size_in_bytes
+            + analysis.temp_size_in_bytes)
+    return {"bytes_per_device": int(need), "arguments": int(analysis.argument_size_in_bytes),
+            "temporaries": int(analysis.temp_size_in_bytes), "compile_s": time.perf_counter() - start,
+            "plan": plan.describe()}
+
+
+def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Assumptions, techniques=tuple(TECHNIQUES),
+            cache: dict | None = None) -> list[dict]:
+    """One trial record per technique and placement, status ok or oom, with the evidence in reason."""
+    model_cfg = dataclasses.replace(model_cfg, dtype=a.precision)
+    cache = {} if cache is None else cache
+    out = []
+    for vms, shape in placements(sl, gpus):
+        for name in techniques:
+            tech, mesh_shape = technique_for(name, shape, sl, vms, a)
+            key = (name, model_cfg, mesh_shape, a, getattr(tech, "links", None), getattr(tech, "device_memory", None))
+            try:
+                if key not in cache:
+                    cache[key] = compiled_bytes(tech, model_cfg, mesh_shape, a)
+                result = cache[key]
+            except Exception as e:  # a plan that cannot be built is a failed trial, not a crash
+                status, reason = records.failure(e)
+                out.append(record(name, sl, vms, shape, model_cfg, a, None, status, reason))
+                continue
+            need = result["bytes_per_device"]
+            short = [vm for vm in sl.vms if vm.name in vms and need > vm.accelerator.memory_bytes]
+            status = "oom" if short else "ok"
+            reason = "; ".join(f"needs {need / 1e9:.1f} GB per GPU, {vm.name}'s {vm.gpu} has "
+                               f"{vm.accelerator.memory_bytes / 1e9:.0f} GB" for vm in short) or None
+            out.append(record(name, sl, vms, shape, model_cfg, a, result, status, reason))
+    return out
+
+
+def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: Assumptions, result, status, reason):
+    cfg = TrainConfig(batch_size=a.batch_per_gpu * shape.n_devices, seq_len=model_cfg.n_positions, steps=1)
+    return train.to_record(
+        model_cfg, cfg, None, None, status=status, reason=reason, technique=name, micro_batches=a.micro_batches,
+        cluster={"slice": sl.name, "vms_used": list(vms), "hosts": shape.hosts,
+                 "devices_per_host": shape.devices_per_host, "network": {"mechanism": None, "rtt_ms": sl.rtt_ms}},
+        memory={"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE})

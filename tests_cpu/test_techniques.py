@@ -1,0 +1,183 @@
+"""Conformance of the four techniques: same numbers as the single-device trainer, in one process and
+in two, and the communication structure of their definitions, read from the compiled HLO."""
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import data, hlo, model, train
+from harness.errors import BadInput
+from harness.flops import param_count
+from harness.jobs import Job
+from harness.launch import LocalProcesses
+from harness.techniques import TECHNIQUES, ClusterShape, technique
+from harness.techniques.pipeshard import balance
+from harness.techniques.shard_parallel import IntraOpPlan
+from techniques_setup import MICRO_BATCHES, MODEL, SHAPES, TRAIN, UNTIED
+
+RTOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def packed(fixture_corpus):
+    return data.prepare(MODEL.vocab_size, TRAIN.seq_len, TRAIN.batch_size, fixture_corpus)
+
+
+@pytest.fixture(scope="module")
+def reference(packed):
+    return {cfg.name + str(cfg.tie_embeddings): train.train(cfg, TRAIN, packed).losses for cfg in (MODEL, UNTIED)}
+
+
+def run_in_process(name, cfg, shape, packed, **options):
+    plan = technique(name, micro_batches=MICRO_BATCHES, **options).build(cfg, ClusterShape(*shape), TRAIN, TRAIN.steps)
+    return train.train_plan(plan, cfg, TRAIN, packed).losses
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", list(TECHNIQUES))
+def test_one_process_matches_single_device(name, shape, packed, reference):
+    losses = run_in_process(name, MODEL, shape, packed)
+    np.testing.assert_allclose(losses, reference[MODEL.name + "True"], rtol=RTOL)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 1)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_pipeshard_with_untied_embeddings_matches(shape, packed, reference):
+    np.testing.assert_allclose(run_in_process("Pipeshard", UNTIED, shape, packed), reference[UNTIED.name + "False"],
+                               rtol=RTOL)
+
+
+def test_shard_with_tensor_parallel_plan_matches(packed, reference):
+    plan = IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=True)
+    np.testing.assert_allclose(run_in_process("Shard", MODEL, (2, 2), packed, plan=plan),
+                               reference[MODEL.name + "True"], rtol=RTOL)
+
+
+def test_two_processes_match_single_device(reference):
+    """One process per VM, joined by jax.distributed over gloo: every technique, same losses."""
+    jobs = [Job(name, dataclasses.asdict(MODEL), 2, 2, train=dataclasses.asdict(TRAIN),
+                options={"micro_batches": MICRO_BATCHES}).to_dict() for name in TECHNIQUES]
+    per_process = LocalProcesses(2, 2).run(jobs)
+    assert [r["process_index"] for r in (p[0] for p in per_process)] == [0, 1]
+    for name, *results in zip(TECHNIQUES, *per_process):
+        for r in results:
+            assert r["process_count"] == 2
+            np.testing.assert_allclose(r["losses"], reference[MODEL.name + "True"], rtol=RTOL, err_msg=name)
+
+
+# ---- structure, read from the compiled HLO of a 2x2 cluster (device i is on VM i // 2) ----
+
+def collectives_of(name, cfg=MODEL, shape=(2, 2), **options):
+    plan = technique(name, micro_batches=1, **options).build(cfg, ClusterShape(*shape), TRAIN, TRAIN.steps)
+    _, abstract = model.abstract_init(cfg)
+    return hlo.of(plan, *plan.abstract_args(abstract, TRAIN.batch_size, TRAIN.seq_len)), shape[1]
+
+
+def test_data_all_reduces_gradients_across_vms():
+    found, dph = collectives_of("Data")
+    crossing = [c for c in found if c.crosses_hosts(dph)]
+    assert {c.op for c in crossing} == {"all-reduce"}
+    assert sum(c.elements for c in crossing) >= param_count(MODEL)  # the whole gradient
+
+
+def test_zero2_reduce_scatters_gradients_and_all_gathers_parameters():
+    found, dph = collectives_of("ZeRO2")
+    crossing = [c for c in found if c.crosses_hosts(dph)]
+    scattered = sum(c.elements for c in crossing if c.op == "reduce-scatter") * 4
+    gathered = sum(c.elements for c in crossing if c.op == "all-gather")
+    assert scattered >= param_count(MODEL) and gathered >= param_count(MODEL)
+    # What is still all-reduced is the loss and the gradient norm: scalars, not gradients.
+    assert all(c.elements <= 2 for c in crossing if c.op == "all-reduce")
+
+
+def test_shard_runs_collectives_inside_the_layers_on_the_tensor_axis():
+    inside_vm, dph = collectives_of("Shard", plan=IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=False))
+    in_layers = [c for c in inside_vm if c.in_loop and c.elements == TRAIN.batch_size // 2 * TRAIN.seq_len * 32]
+    assert in_layers and not any(c.crosses_hosts(dph) for c in in_layers)  # tensor axis inside the VM
+    across, _ = collectives_of("Shard", plan=IntraOpPlan(data=(1, 2), tensor=(2, 1), shard_optimizer=False))
+    in_layers = [c for c in across if c.in_loop and c.op == "all-reduce"]
+    assert in_layers and all(c.crosses_hosts(dph) for c in in_layers)  # tensor axis across the VMs
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 1)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_pipeshard_only_permutes_between_vms_but_the_tied_embedding(shape):
+    found, dph = collectives_of("Pipeshard", shape=shape)
+    crossing = [c for c in found if c.crosses_hosts(dph)]
+    assert any(c.op == "collective-permute" and c.in_loop for c in crossing)  # activations, per microbatch
+    others = [c for c in crossing if c.op != "collective-permute"]
+    assert [(c.op, c.elements) for c in others] == [("all-reduce", MODEL.vocab_size * MODEL.n_embd)]
+
+
+def test_pipeshard_with_untied_embeddings_has_no_collective_across_vms():
+    found, dph = collectives_of("Pipeshard", cfg=UNTIED)
+    assert {c.op for c in found if c.crosses_hosts(dph)} == {"collective-permute"}
+
+
+# ---- memory ----
+
+def optimizer_bytes_per_device(name) -> int:
+    plan = technique(name).build(MODEL, ClusterShape(2, 2), TRAIN, TRAIN.steps)
+    _, abstract = model.abstract_init(MODEL)
+    _, opt_state, _, _ = plan.abstract_args(abstract, TRAIN.batch_size, TRAIN.seq_len)
+    return sum(np.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(opt_state))
+
+
+def test_zero2_keeps_a_quarter_of_datas_optimizer_state_on_four_devices():
+    ratio = optimizer_bytes_per_device("ZeRO2") / optimizer_bytes_per_device("Data")
+    assert ratio == pytest.approx(1 / 4, rel=0.02)  # padding to whole chunks costs a little
+
+
+# ---- bad input, before compiling ----
+
+@pytest.mark.parametrize("name, options, shape, message", [
+    ("Data", {}, (3, 1), "batch 8 is not divisible by devices x microbatches 3"),
+    ("ZeRO2", {"micro_batches": 3}, (1, 2), "batch 8 is not divisible by devices x microbatches 6"),
+    ("Pipeshard", {}, (5, 1), "Pipeshard: 5 stages (one per VM) but model conformance has only 4 layers"),
+    ("Pipeshard", {"micro_batches": 3}, (2, 2), "batch 8 is not divisible by microbatches 3"),
+    ("Pipeshard", {"micro_batches": 4}, (2, 4), "microbatch 2 is not divisible by devices per VM 4"),
+    ("Shard", {"plan": IntraOpPlan((1, 1), (1, 3), False)}, (1, 3), "tensor axis 3 does not divide n_head 4"),
+])
+def test_bad_shapes_are_rejected_naming_the_numbers(name, options, shape, message):
+    with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):
+        technique(name, **options).validate(MODEL, ClusterShape(*shape), TRAIN.batch_size)
+
+
+def test_unknown_technique():
+    with pytest.raises(BadInput, match="unknown technique 'FSDP'; expected one of Data, ZeRO2, Shard, Pipeshard"):
+        technique("FSDP")
+
+
+# ---- the Pipeshard cut and the Shard planner ----
+
+def test_pipeline_cut_gives_the_head_stage_fewer_layers():
+    assert balance(24, 2, layer_cost=1.0, last_extra=3.5) == [14, 10]
+    assert balance(4, 4, 1.0, 100.0) == [1, 1, 1, 1]
+
+
+@given(layers=st.integers(1, 12), stages=st.integers(1, 4), extra=st.floats(0, 10))
+def test_pipeline_cut_is_optimal_and_complete(layers, stages, extra):
+    if stages > layers:
+        return
+    cut = balance(layers, stages, 1.0, extra)
+    assert sum(cut) == layers and len(cut) == stages and min(cut) >= 1
+    cost = lambda c: max(*c[:-1], c[-1] + extra) if len(c) > 1 else c[0] + extra
+    import itertools
+    best = min(cost(c) for c in itertools.product(range(1, layers + 1), repeat=stages) if sum(c) == layers)
+    assert cost(cut) == pytest.approx(best)
+
+
+def test_shard_planner_keeps_tensor_parallelism_inside_vms_when_vms_are_far_apart():
+    from harness.config import model_config
+    from harness.netmodel import Links
+    from harness.techniques.shard_parallel import choose
+
+    gpt2m = model_config("gpt2m")
+    far, _, table = choose(ClusterShape(2, 2), gpt2m, 32, 1024, 4, Links.for_rtt(100.0), 16e12)
+    assert far.tensor[0] == 1  # never split a layer across a 100 ms link
+    assert len(table) == 7
+    near, _, _ = choose(ClusterShape(2, 2), gpt2m, 32, 1024, 4, Links.for_rtt(100.0).uniform(), 16e12)
+    est = lambda plan, links: __import__("harness.techniques.shard_parallel", fromlist=["estimate"]).estimate(
+        plan, gpt2m, 32, 1024, 4, links, 16e12)["data_comm_s"]
+    assert est(far, Links.for_rtt(100.0)) > est(far, Links.for_rtt(1.0))
