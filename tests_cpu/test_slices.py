@@ -1,0 +1,55 @@
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness import slices
+from harness.errors import BadInput
+
+
+def test_table_i_is_the_papers():
+    got = {s.name: (s.rtt_ms, [(vm.site, vm.gpus, vm.gpu) for vm in s.vms]) for s in slices.table_i()}
+    assert got == {
+        "TACC-TACC": (0.1, [("TACC", 2, "RTX6000"), ("TACC", 2, "T4")]),
+        "UTAH-GPN": (20.2, [("UTAH", 2, "RTX6000"), ("GPN", 2, "T4")]),
+        "UTAH-MASS": (57.4, [("UTAH", 2, "RTX6000"), ("MASS", 2, "RTX6000")]),
+        "BRIS-STAR": (95.9, [("BRIS", 2, "A30"), ("STAR", 2, "RTX6000")]),
+        "GAT-AMST": (103.0, [("GAT", 2, "A30"), ("AMST", 2, "A30")]),
+    }
+
+
+GOOD = 'name = "x"\nrtt_ms = 10\n[[vm]]\nsite = "A"\ngpus = 2\ngpu = "T4"\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    (GOOD.replace("rtt_ms = 10\n", ""), "slice.toml: missing field 'rtt_ms'"),
+    (GOOD.replace('gpu = "T4"', 'gpu = "V100"'), "slice.toml: vm[0]: field 'gpu' must be one of T4"),
+    (GOOD.replace("gpus = 2", "gpus = 0"), "slice.toml: vm[0]: field 'gpus' must be >= 1"),
+    (GOOD.replace("gpus = 2", 'gpus = "two"'), "slice.toml: vm[0]: field 'gpus' must be int"),
+    (GOOD.replace("rtt_ms = 10", "rtt_ms = -1"), "slice.toml: field 'rtt_ms' must be >= 0"),
+    ("name = ", "slice.toml: not valid TOML"),
+])
+def test_bad_slice_files_name_file_and_field(text, message):
+    with pytest.raises(BadInput, match=re.escape(message)):
+        slices.parse(text, "slice.toml")
+
+
+values = st.one_of(st.integers(-3, 5), st.floats(-1, 200, allow_nan=False), st.text(max_size=8), st.booleans())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=st.fixed_dictionaries({}, optional={"name": values, "rtt_ms": values, "network": values}),
+       vm=st.fixed_dictionaries({}, optional={"site": values, "gpus": values, "gpu": st.sampled_from(["T4", "A30", "X"]),
+                                              "name": values}))
+def test_any_slice_document_parses_or_is_rejected_with_a_named_field(doc, vm):
+    lines = [f"{k} = {v!r}".replace("'", '"').replace("True", "true").replace("False", "false") for k, v in doc.items()]
+    lines += ["[[vm]]"] + [f"{k} = {v!r}".replace("'", '"').replace("True", "true").replace("False", "false")
+                           for k, v in vm.items()]
+    try:
+        parsed = slices.parse("\n".join(lines), "gen.toml")
+    except BadInput as e:
+        assert str(e).startswith("gen.toml")
+        assert "\n" not in str(e)
+    else:
+        assert parsed.rtt_ms >= 0 and parsed.vms[0].gpus >= 1
