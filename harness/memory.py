@@ -109,4 +109,5 @@ def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: A
         model_cfg, cfg, None, None, status=status, reason=reason, technique=name, micro_batches=a.micro_batches,
         cluster={"slice": sl.name, "vms_used": list(vms), "hosts": shape.hosts,
                  "devices_per_host": shape.devices_per_host, "network": {"mechanism": None, "rtt_ms": sl.rtt_ms}},
-        memory={"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE})
+        memory={"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE},
+        plan=result["plan"] if result else None)

@@ -118,7 +118,8 @@ def peak_tflops(dtype: str) -> float | None:
 
 def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None, run: TrainRun | None,
               status: str = "ok", reason: str | None = None, peak: float | None = None, technique: str = "Single",
-              cluster: dict | None = None, micro_batches: int = 1, memory: dict | None = None) -> dict:
+              cluster: dict | None = None, micro_batches: int = 1, memory: dict | None = None,
+              plan: str | None = None) -> dict:
     """The trial record of a run (by default the single-device reference); failed runs are recorded too."""
     cluster = cluster or {"slice": None, "vms_used": None, "hosts": 1, "devices_per_host": 1,
                           "network": {"mechanism": None, "rtt_ms": None}}
@@ -144,6 +145,7 @@ def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None,
               "blocks": len(data.blocks) if data else None,
               "steps_per_epoch": per_epoch},
         batch={"global_batch": cfg.batch_size, "seq_len": seq_len, "micro_batches": micro_batches},
+        plan=plan,
         precision=model_cfg.dtype,
         steps=steps,
         tokens=steps * cfg.batch_size * seq_len,

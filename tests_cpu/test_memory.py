@@ -30,7 +30,7 @@ def test_memory_command_gives_one_record_per_technique(utah_gpn_4_gpus):
     for r in recs:
         assert r["cluster"]["slice"] == "UTAH-GPN" and r["cluster"]["vms_used"] == ["vm1", "vm2"]
         assert r["memory"]["bytes_per_device"] > 1e9 and r["memory"]["source"].startswith("xla-cpu")
-        assert r["status"] in ("ok", "oom")
+        assert r["status"] in ("ok", "oom") and r["plan"].startswith(r["technique"])
         if r["status"] == "oom":  # names the VM and GPU that ran out
             assert "vm2's T4 has 16 GB" in r["reason"]
 
@@ -39,6 +39,8 @@ def test_zero2_needs_less_than_data_and_pipeshard_the_most(utah_gpn_4_gpus):
     need = {r["technique"]: r["memory"]["bytes_per_device"] for r in utah_gpn_4_gpus["records"]}
     assert need["ZeRO2"] < need["Data"]
     assert need["Pipeshard"] == max(need.values())
+    shard = next(r for r in utah_gpn_4_gpus["records"] if r["technique"] == "Shard")
+    assert "cheapest by the cost model" in shard["plan"] and "estimated step" in shard["plan"]
 
 
 def test_verdicts_move_with_precision_and_batch():
