@@ -6,6 +6,7 @@ only line); progress and logs go to stderr. Bad input ends the command with one 
 """
 import argparse
 import json
+import signal
 import sys
 
 from harness import __version__
@@ -27,8 +28,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM tears down like Ctrl-C: namespaces, Ray nodes, workers
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         status, result = COMMANDS[args.command].run(args)
     except BadInput as e:

@@ -7,6 +7,7 @@ variables and read its stdout is a launcher.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,6 +24,23 @@ def free_port() -> int:
 
 class WorkerFailed(RuntimeError):
     pass
+
+
+LOST_CONTACT = "JAX distributed service detected fatal errors"
+
+
+def describe_failure(returncode: int, stderr: str) -> str:
+    """One line on why a worker died, from its exit status and the informative line of its stderr."""
+    how = f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited with {returncode}"
+    lines = [line.strip() for line in stderr.splitlines()
+             if line.strip() and not line.strip().startswith(("@", "***"))]  # not the abort's stack dump
+    key = next((line for line in reversed(lines) if "Terminating process because" in line), None)
+    key = re.sub(r"^[EFWI]\d{4} [\d:.]+\s+\d+ \S+\] ", "", key or (lines[-1] if lines else "no output"))
+    if LOST_CONTACT in key:
+        heartbeat = os.environ.get("HARNESS_HEARTBEAT_S", "30")
+        return (f"{how}: a process stopped answering for {heartbeat} s (its VM died or the link to it is down); "
+                f"JAX: {key[:200]}")
+    return f"{how}: {key[:300]}"
 
 
 @dataclass
@@ -64,7 +82,6 @@ class LocalProcesses:
             stdout, stderr = out.read(), err.read()
             out.close(), err.close()
             if p.returncode != 0:
-                tail = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
-                raise WorkerFailed(f"worker {i} exited with {p.returncode}: {tail}")
+                raise WorkerFailed(f"worker {i} {describe_failure(p.returncode, stderr)}")
             results.append(json.loads(stdout.strip().splitlines()[-1]))
         return results

@@ -18,9 +18,8 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-import jax
 
-from harness import flops, model, records, train
+from harness import model, records, train
 from harness.config import GPTConfig, TrainConfig
 from harness.netmodel import Links
 from harness.slices import Slice

@@ -1,8 +1,12 @@
 """Slices as data: VMs, their sites and GPUs, and the network between them (TOML files).
 
 The five slices of the paper's Table I ship in fixtures/slices/; users write their own in the
-same form. Parsing validates everything and names the file and field of any error.
+same form, with any number of VMs and sites. `rtt_ms` is one RTT for every pair of VMs, or a
+table with one entry per pair of sites ("UTAH-GPN" = 20.2; VMs at the same site default to
+0.1 ms, an L2Bridge); `bandwidth_gbps` optionally caps every link. Parsing validates everything
+and names the file and field of any error.
 """
+import dataclasses
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +32,32 @@ class VM:
         return hardware.accelerator(self.gpu)
 
 
+SAME_SITE_RTT_MS = 0.1  # TACC-TACC's L2Bridge in Table I
+
+
 @dataclass(frozen=True)
 class Slice:
     name: str
     network: str
-    rtt_ms: float
+    rtt_ms: float  # the largest RTT between two of its VMs: the slice's figure in Table I
     vms: tuple[VM, ...]
     source: str
+    site_rtt_ms: tuple = ()  # ((site_a, site_b, ms), ...) when given per pair of sites
+    bandwidth_gbps: float | None = None
 
     @property
     def gpus_per_vm(self) -> int:
         return self.vms[0].gpus
+
+    def rtt_between(self, a: str, b: str) -> float:
+        """RTT in ms between the VMs named a and b."""
+        site = {vm.name: vm.site for vm in self.vms}
+        if not self.site_rtt_ms:
+            return self.rtt_ms
+        for x, y, ms in self.site_rtt_ms:
+            if {x, y} == {site[a], site[b]}:
+                return ms
+        return SAME_SITE_RTT_MS
 
 
 def _field(table: dict, key: str, kind, where: str, required: bool = True, default=None):
@@ -61,9 +80,14 @@ def parse(text: str, source: str) -> Slice:
         raise BadInput(f"{source}: not valid TOML ({e})") from None
     name = _field(doc, "name", str, source)
     network = _field(doc, "network", str, source, required=False, default="unknown")
-    rtt = _field(doc, "rtt_ms", (int, float), source)
-    if rtt < 0:
-        raise BadInput(f"{source}: field 'rtt_ms' must be >= 0, got {rtt}")
+    rtt = _field(doc, "rtt_ms", (int, float, dict), source)
+    pairs = rtt.items() if isinstance(rtt, dict) else [("*", rtt)]
+    for key, ms in pairs:
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms < 0:
+            raise BadInput(f"{source}: field 'rtt_ms' must be a number >= 0 of milliseconds, got {key} = {ms!r}")
+    bandwidth = _field(doc, "bandwidth_gbps", (int, float), source, required=False)
+    if bandwidth is not None and bandwidth <= 0:
+        raise BadInput(f"{source}: field 'bandwidth_gbps' must be > 0, got {bandwidth}")
     vm_tables = _field(doc, "vm", list, source)
     if not vm_tables:
         raise BadInput(f"{source}: field 'vm' must list at least one VM")
@@ -86,7 +110,25 @@ def parse(text: str, source: str) -> Slice:
         raise BadInput(f"{source}: every VM must have the same number of GPUs (a mesh is hosts x devices)")
     if len({vm.name for vm in vms}) != len(vms):
         raise BadInput(f"{source}: VM names must be unique")
-    return Slice(name, network, float(rtt), tuple(vms), source)
+    site_rtt = ()
+    if isinstance(rtt, dict):
+        sites = {vm.site for vm in vms}
+        for key in rtt:
+            parts = key.split("-")
+            if len(parts) != 2 or not set(parts) <= sites:
+                raise BadInput(f"{source}: field 'rtt_ms': key {key!r} must be SITE-SITE with sites of this slice "
+                               f"({', '.join(sorted(sites))})")
+        site_rtt = tuple((*key.split("-"), float(ms)) for key, ms in rtt.items())
+        for a in sorted(sites):
+            for b in sorted(sites):
+                if a < b and not any({x, y} == {a, b} for x, y, _ in site_rtt):
+                    raise BadInput(f"{source}: field 'rtt_ms' has no RTT for sites {a} and {b} (add \"{a}-{b}\" = ms)")
+    sl = Slice(name, network, float(rtt) if not site_rtt else 0.0, tuple(vms), source, site_rtt,
+               None if bandwidth is None else float(bandwidth))
+    if site_rtt:
+        sl = dataclasses.replace(sl, rtt_ms=max(sl.rtt_between(a.name, b.name) for a in vms for b in vms if a != b)
+                                 if len(vms) > 1 else 0.0)
+    return sl
 
 
 def load(name_or_path: str) -> Slice:

@@ -3,7 +3,9 @@
 It reads a list of jobs (JSON) on stdin, joins the others through jax.distributed, runs the
 jobs in order and prints their results as one JSON line on stdout. The launcher sets:
 HARNESS_COORDINATOR (host:port of process 0), HARNESS_NUM_PROCESSES, HARNESS_PROCESS_ID,
-HARNESS_LOCAL_DEVICES (CPU devices of this process, the scale model's GPUs).
+HARNESS_LOCAL_DEVICES (CPU devices of this process, the scale model's GPUs), and optionally
+HARNESS_HEARTBEAT_S: a process that cannot reach the others for that long (a link down) makes the
+whole run fail instead of hang (default 30 s; JAX's own default is 100 s).
 """
 import json
 import os
@@ -20,7 +22,8 @@ def main() -> int:
     jax.distributed.initialize(coordinator_address=os.environ["HARNESS_COORDINATOR"],
                                num_processes=int(os.environ["HARNESS_NUM_PROCESSES"]),
                                process_id=int(os.environ["HARNESS_PROCESS_ID"]),
-                               initialization_timeout=120)
+                               initialization_timeout=120,
+                               heartbeat_timeout_seconds=int(os.environ.get("HARNESS_HEARTBEAT_S", "30")))
     from harness.jobs import Job, execute
 
     try:

@@ -1,15 +1,11 @@
-"""Benchmarks (pytest-benchmark; run without -n): technique step times on the CPU scale model, and
-the compile time of each paper-scale memory analysis. Nothing here asserts a speed: the numbers go
+"""Benchmarks (pytest-benchmark; run without -n): technique step times on the CPU scale model in one
+process, and the compile time of each paper-scale memory analysis. (The two-process step times are
+recorded by test_techniques.py::test_two_processes_match_single_device, which runs them anyway.) Nothing here asserts a speed: the numbers go
 to the benchmark JSON (`pytest -m cpu --benchmark-json FILE`) for side-by-side comparison."""
-import dataclasses
-import statistics
-
 import pytest
 
 from harness import data, model
 from harness.config import TrainConfig, model_config
-from harness.jobs import Job
-from harness.launch import LocalProcesses
 from harness.memory import Assumptions, compiled_bytes
 from harness.techniques import TECHNIQUES, ClusterShape, technique
 
@@ -39,17 +35,6 @@ def test_step_time_one_process_1x4(benchmark, name, packed):
     benchmark.pedantic(one_step, rounds=5, warmup_rounds=1)
     benchmark.extra_info.update(technique=name, cluster="1x4", processes=1, model=SCALE.name,
                                 batch=TRAIN.batch_size, seq_len=TRAIN.seq_len, micro_batches=MICRO_BATCHES)
-
-
-@pytest.mark.parametrize("name", list(TECHNIQUES))
-def test_step_time_two_processes_2x2(benchmark, name):
-    """Timed: the whole two-process job (start-up, compile, 6 steps); the step time is in extra_info."""
-    job = Job(name, dataclasses.asdict(SCALE), 2, 2, train=dataclasses.asdict(TRAIN),
-              options={"micro_batches": MICRO_BATCHES}).to_dict()
-    result = benchmark.pedantic(lambda: LocalProcesses(2, 2).run([job]), rounds=1, iterations=1)
-    times = result[0][0]["step_times_s"][1:]  # the first step is warm-up
-    benchmark.extra_info.update(technique=name, cluster="2x2", processes=2, model=SCALE.name,
-                                median_step_s=statistics.median(times), compile_s=result[0][0]["compile_s"])
 
 
 @pytest.mark.parametrize("name", list(TECHNIQUES))

@@ -1,6 +1,7 @@
 """Conformance of the four techniques: same numbers as the single-device trainer, in one process and
 in two, and the communication structure of their definitions, read from the compiled HLO."""
 import dataclasses
+import statistics
 
 import jax
 import numpy as np
@@ -55,11 +56,14 @@ def test_shard_with_tensor_parallel_plan_matches(packed, reference):
                                reference[MODEL.name + "True"], rtol=RTOL)
 
 
-def test_two_processes_match_single_device(reference):
-    """One process per VM, joined by jax.distributed over gloo: every technique, same losses."""
+def test_two_processes_match_single_device(benchmark, reference):
+    """One process per VM, joined by jax.distributed over gloo: every technique, same losses.
+    Also the two-process benchmark: each technique's median step time goes to extra_info."""
     jobs = [Job(name, dataclasses.asdict(MODEL), 2, 2, train=dataclasses.asdict(TRAIN),
                 options={"micro_batches": MICRO_BATCHES}).to_dict() for name in TECHNIQUES]
-    per_process = LocalProcesses(2, 2).run(jobs)
+    per_process = benchmark.pedantic(lambda: LocalProcesses(2, 2).run(jobs), rounds=1, iterations=1)
+    benchmark.extra_info.update(cluster="2x2", processes=2, model=MODEL.name, median_step_s={
+        name: statistics.median(r["step_times_s"][1:]) for name, r in zip(TECHNIQUES, per_process[0])})
     assert [r["process_index"] for r in (p[0] for p in per_process)] == [0, 1]
     for name, *results in zip(TECHNIQUES, *per_process):
         for r in results:

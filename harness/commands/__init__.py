@@ -3,6 +3,6 @@
 run returns (exit status, result): the result is the command's one JSON document under --json,
 and is printed for people by the command itself otherwise.
 """
-from harness.commands import memory, train
+from harness.commands import emulate, memory, train
 
-COMMANDS = {"train": train, "memory": memory}
+COMMANDS = {"train": train, "memory": memory, "emulate": emulate}

@@ -78,5 +78,5 @@ def print_summary(r: dict) -> None:
                   f"step time     {t['median_step_s'] * 1e3:.1f} ms (median, first {t['excluded_warmup_steps']} excluded)",
                   f"epoch time    {t['epoch_time_s']:.1f} s (estimated)",
                   f"TFLOP/s       {th['tflops_alpa']:.4f} per device (Alpa's formula)",
-                  f"MFU           " + (f"{th['mfu']:.2%} (6N+12LHS rule)" if th["mfu"] else "n/a (no known peak for this device)")]
+                  "MFU           " + (f"{th['mfu']:.2%} (6N+12LHS rule)" if th["mfu"] else "n/a (no known peak for this device)")]
     print("\n".join(lines))

@@ -1,0 +1,76 @@
+"""`python -m harness emulate`: bring an emulated slice up, measure it against its targets, tear it down."""
+import argparse
+import itertools
+import sys
+import time
+
+from harness import slices
+from harness.emulation import netns
+from harness.emulation.network import (MECHANISMS, EmulatedNetwork, choose_mechanism, measure_rtt,
+                                       measure_throughput, tcp_window_bytes)
+from harness.errors import BadInput
+
+HELP = "bring up an emulated slice (a network namespace per VM, delay on the packets), probe it, tear it down"
+THROUGHPUT_SECONDS = 2.0  # long enough to leave TCP slow start behind at 100 ms
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
+                   help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file (default: UTAH-GPN)")
+    p.add_argument("--rtt", type=float, default=None, metavar="MS", help="one RTT for every pair instead of the slice's")
+    p.add_argument("--probe", action="store_true", default=True,
+                   help="measure RTT and bulk TCP throughput between every pair of VMs (the default action)")
+    p.add_argument("--ray", action="store_true", help="also start a Ray node per VM and report the cluster")
+    p.add_argument("--mechanism", default="auto", choices=MECHANISMS,
+                   help="how delay is put on the packets (default: auto, the userspace delay link)")
+
+
+def run(args) -> tuple[int, dict]:
+    sl = slices.load(args.slice)
+    if args.rtt is not None and args.rtt < 0:
+        raise BadInput(f"--rtt must be >= 0, got {args.rtt}")
+    problem = netns.missing_privileges()
+    if problem:
+        raise BadInput(problem)
+    try:
+        mechanism = choose_mechanism(args.mechanism)
+    except netns.Unavailable as e:
+        raise BadInput(str(e)) from None
+    start = time.perf_counter()
+    result = {"slice": sl.name, "mechanism": mechanism, "pairs": []}
+    with EmulatedNetwork(sl, rtt_ms=args.rtt, mechanism=mechanism) as net:
+        result["bring_up_s"] = time.perf_counter() - start
+        result["vms"] = {vm: {"netns": net.netns[vm], "address": net.address[vm]} for vm in net.netns}
+        window = tcp_window_bytes(net, sl.vms[0].name)
+        for a, b in itertools.combinations(net.netns, 2):
+            target = net.target_rtt_ms(a, b)
+            print(f"probing {a} <-> {b} (target RTT {target} ms) ...", file=sys.stderr, flush=True)
+            rtt = measure_rtt(net, a, b)
+            predicted = window / max(target, 0.01) * 1e3
+            nbytes = int(min(predicted, 1.5e9) * THROUGHPUT_SECONDS)
+            result["pairs"].append({"a": a, "b": b, "target_rtt_ms": target, "rtt_ms": rtt,
+                                    "rtt_error_ms": rtt - target,
+                                    "throughput_bytes_per_s": measure_throughput(net, a, b, nbytes),
+                                    "window_over_rtt_bytes_per_s": predicted})
+        result["tcp_window_bytes"] = window
+        if args.ray:
+            from harness.emulation.ray_cluster import RayCluster
+
+            with RayCluster(net) as cluster:
+                result["ray_nodes"] = cluster.drive({"do": "nodes"})
+        teardown = time.perf_counter()
+    result["teardown_s"] = time.perf_counter() - teardown
+    if not args.json:
+        print_report(result)
+    return 0, result
+
+
+def print_report(r: dict) -> None:
+    print(f"slice {r['slice']} ({r['mechanism']} delay link): up in {r['bring_up_s']:.2f} s, "
+          f"down in {r['teardown_s']:.2f} s; TCP window {r['tcp_window_bytes'] / 2**20:.1f} MiB")
+    print(f"{'pair':12} {'target ms':>9} {'RTT ms':>8} {'error':>7} {'MB/s':>8} {'window/RTT':>10}")
+    for p in r["pairs"]:
+        print(f"{p['a'] + '-' + p['b']:12} {p['target_rtt_ms']:9.1f} {p['rtt_ms']:8.2f} {p['rtt_error_ms']:+7.2f} "
+              f"{p['throughput_bytes_per_s'] / 1e6:8.1f} {p['window_over_rtt_bytes_per_s'] / 1e6:10.1f}")
+    for n in r.get("ray_nodes", []):
+        print(f"ray node {n['address']}: {', '.join(f'{k}={v:g}' for k, v in sorted(n['resources'].items()))}")

@@ -1,0 +1,89 @@
+"""Measuring an emulated (or live) link: RTT by UDP echo, bulk TCP throughput by a timed transfer.
+
+The servers and clients run inside the VMs' namespaces as `python -m harness.emulation.probe`:
+    echo ADDR PORT            UDP echo server, until killed
+    ping ADDR PORT COUNT      prints {"rtt_ms": [...]} (one probe in flight at a time)
+    sink ADDR PORT            TCP: accept one connection, read to the end, answer with the count
+    send ADDR PORT BYTES      prints {"bytes": n, "seconds": s}, from connect to the sink's answer
+"""
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+def echo(addr: str, port: int) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, port))
+    print("ready", flush=True)
+    while True:
+        data, peer = s.recvfrom(2048)
+        s.sendto(data, peer)
+
+
+def ping(addr: str, port: int, count: int) -> list[float]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    rtts = []
+    for i in range(count):
+        start = time.perf_counter()
+        s.sendto(i.to_bytes(4, "big"), (addr, port))
+        while int.from_bytes(s.recvfrom(2048)[0], "big") != i:
+            pass  # a late answer to an earlier probe
+        rtts.append((time.perf_counter() - start) * 1e3)
+    return rtts
+
+
+def sink(addr: str, port: int) -> None:
+    server = socket.create_server((addr, port))
+    print("ready", flush=True)
+    conn, _ = server.accept()
+    total, buffer = 0, bytearray(CHUNK)
+    while n := conn.recv_into(buffer):  # into one buffer: the probe must not compete with the link for CPU
+        total += n
+    conn.sendall(str(total).encode())
+    conn.close()
+
+
+def send(addr: str, port: int, nbytes: int) -> dict:
+    payload = memoryview(bytes(CHUNK))
+    start = time.perf_counter()
+    conn = socket.create_connection((addr, port), timeout=120)
+    left = nbytes
+    while left > 0:
+        left -= conn.send(payload[:min(CHUNK, left)])  # a view: no copy per send
+    conn.shutdown(socket.SHUT_WR)
+    received = int(conn.recv(64))
+    return {"bytes": received, "seconds": time.perf_counter() - start}
+
+
+def tcp_window_bytes(netns: str | None = None) -> int:
+    """What one connection can have in flight: the smaller of the send buffer and the usable
+    part of the receive buffer (tcp_adv_win_scale = 1 keeps half of it for overhead)."""
+    base = Path("/proc/sys/net/ipv4")
+    rmem = int((base / "tcp_rmem").read_text().split()[2])
+    wmem = int((base / "tcp_wmem").read_text().split()[2])
+    scale = int((base / "tcp_adv_win_scale").read_text())
+    usable = rmem - (rmem >> scale) if scale > 0 else rmem >> -scale
+    return min(usable, wmem)
+
+
+def main(argv: list[str]) -> None:
+    mode, addr, port, *rest = argv
+    if mode == "echo":
+        echo(addr, int(port))
+    elif mode == "ping":
+        print(json.dumps({"rtt_ms": ping(addr, int(port), int(rest[0]))}))
+    elif mode == "sink":
+        sink(addr, int(port))
+    elif mode == "send":
+        print(json.dumps(send(addr, int(port), int(rest[0]))))
+    elif mode == "window":
+        print(tcp_window_bytes())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

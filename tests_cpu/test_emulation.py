@@ -1,0 +1,189 @@
+"""Emulated slices: real packets through a delayed link between namespaces, a real Ray cluster, no leaks."""
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from harness import data, slices, train
+from harness.emulation import netns
+from harness.emulation.network import EmulatedNetwork, measure_rtt, measure_throughput, tcp_window_bytes
+from harness.emulation.ray_cluster import RayCluster
+from harness.jobs import Job
+from techniques_setup import MODEL, TRAIN
+
+MISSING = netns.missing_privileges()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+TABLE_I_RTTS = [0.1, 20.2, 57.4, 95.9, 103.0]
+
+
+@pytest.fixture(scope="module")
+def net():
+    with EmulatedNetwork(slices.load("UTAH-GPN")) as network:
+        yield network
+
+
+@pytest.mark.parametrize("target", TABLE_I_RTTS)
+def test_rtt_is_within_5_percent_plus_0_3_ms_of_target(net, target):
+    net.set_rtt(target)
+    measured = measure_rtt(net, "vm1", "vm2", count=20)
+    assert abs(measured - target) <= 0.05 * target + 0.3, f"measured {measured:.3f} ms for {target} ms"
+
+
+def test_slice_rtt_is_restored_after_a_sweep(net):
+    net.set_rtt(None)
+    assert abs(measure_rtt(net, "vm1", "vm2") - 20.2) <= 0.05 * 20.2 + 0.3
+
+
+def test_bulk_tcp_throughput_falls_as_window_over_rtt(net):
+    """Tolerance: at each RTT the throughput of one connection is between 0.3 and 1.1 times
+    window / RTT (slow start and ACK timing keep it below the bound), and the ratio to the bound
+    varies by at most 1.6x across RTTs: throughput x RTT is about constant."""
+    window = tcp_window_bytes(net, "vm1")
+    ratios = []
+    for rtt in (20.2, 57.4, 103.0):
+        net.set_rtt(rtt)
+        bound = window / (rtt / 1e3)
+        measured = measure_throughput(net, "vm1", "vm2", int(bound * 2))
+        ratios.append(measured / bound)
+    assert all(0.3 <= r <= 1.1 for r in ratios), ratios
+    assert max(ratios) / min(ratios) <= 1.6, ratios
+
+
+def test_each_vm_has_its_own_address_and_hostname_mapping(net):
+    for vm, address in net.address.items():
+        out = net.run(vm, [sys.executable, "-c", "import socket; print(socket.gethostbyname(socket.gethostname()))"],
+                      capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == address  # gloo binds to this: it must be the VM's own
+
+
+# ---- Ray, as on the paper's slices ----
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    with EmulatedNetwork(slices.load("UTAH-GPN"), rtt_ms=0.1) as network, RayCluster(network) as cluster:
+        yield cluster
+
+
+def test_ray_has_one_node_per_vm_with_its_resources(ray_cluster):
+    nodes = {n["address"]: n["resources"] for n in ray_cluster.drive({"do": "nodes"})}
+    assert set(nodes) == {"198.18.0.1", "198.18.0.2"}
+    assert nodes["198.18.0.1"]["vm1"] == 1 and nodes["198.18.0.2"]["vm2"] == 1
+    assert all(r["CPU"] == 12 for r in nodes.values())  # the VM's cores, from the slice file
+
+
+def test_actor_pinned_to_vm2_sees_vm2s_address(ray_cluster):
+    assert ray_cluster.drive({"do": "where"}) == {"vm1": "198.18.0.1", "vm2": "198.18.0.2"}
+
+
+def test_two_vm_jax_distributed_run_through_ray_matches_in_process(ray_cluster, fixture_corpus):
+    packed = data.prepare(MODEL.vocab_size, TRAIN.seq_len, TRAIN.batch_size, fixture_corpus)
+    reference = train.train(MODEL, TRAIN, packed).losses
+    job = Job("Data", dataclasses.asdict(MODEL), 2, 2, train=dataclasses.asdict(TRAIN), options={"micro_batches": 2})
+    results = ray_cluster.drive({"do": "train", "jobs": [job.to_dict()], "devices_per_host": 2})
+    for vm in ("vm1", "vm2"):
+        np.testing.assert_allclose(results[vm][0]["losses"], reference, rtol=1e-4)
+
+
+def test_link_down_mid_trial_fails_clearly_within_heartbeat_plus_15_s():
+    """The bound: a run whose link goes down fails within the heartbeat timeout given to
+    jax.distributed (here 10 s) plus 15 s, with an error that says what happened."""
+    heartbeat = 10
+    job = Job("Data", dataclasses.asdict(MODEL), 2, 2, train={**dataclasses.asdict(TRAIN), "steps": 100_000})
+    with EmulatedNetwork(slices.load("UTAH-GPN"), rtt_ms=1.0) as network, RayCluster(network) as cluster:
+        cut = {}
+
+        def take_link_down():
+            time.sleep(20)  # start-up and compilation are over by now; training is under way
+            network.set_link("vm1", "vm2", up=False)
+            cut["at"] = time.monotonic()
+
+        threading.Thread(target=take_link_down, daemon=True).start()
+        with pytest.raises(RuntimeError, match="the link to it is down") as failure:
+            cluster.drive({"do": "train", "jobs": [job.to_dict()], "devices_per_host": 2, "heartbeat_s": heartbeat})
+        assert "at" in cut, f"the run failed before the link went down: {failure.value}"
+        assert time.monotonic() - cut["at"] <= heartbeat + 15
+
+
+# ---- teardown ----
+
+def leftovers() -> dict:
+    ps = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout.splitlines()
+    live = [line.split(None, 1)[1] for line in ps if not line.startswith("Z") and len(line.split(None, 1)) > 1]
+    return {"namespaces": netns.ours(),
+            "processes": [p for p in live if "harness.emulation.delaylink" in p or "raylet" in p or "gcs_server" in p]}
+
+
+BRING_UP = """
+import sys, time
+from harness import slices
+from harness.emulation.network import EmulatedNetwork
+from harness.emulation.ray_cluster import RayCluster
+with EmulatedNetwork(slices.load("UTAH-GPN")) as net, RayCluster(net):
+    print("up", flush=True)
+    time.sleep(600)
+"""
+
+
+def start_slice_process():
+    proc = subprocess.Popen([sys.executable, "-c", BRING_UP], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    assert leftovers()["namespaces"]
+    return proc
+
+
+def test_ctrl_c_in_the_middle_leaves_nothing_behind(net, ray_cluster):
+    before = set(leftovers()["namespaces"])
+    proc = start_slice_process()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    deadline = time.monotonic() + 60
+    while set(leftovers()["namespaces"]) - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert set(leftovers()["namespaces"]) == before
+
+
+def test_start_up_sweep_removes_what_a_crash_left(net):
+    before = set(leftovers()["namespaces"])
+    proc = start_slice_process()
+    crashed = set(leftovers()["namespaces"]) - before
+    assert len(crashed) == 2
+    proc.send_signal(signal.SIGKILL)  # no teardown at all
+    proc.wait()
+    removed = netns.sweep()
+    assert crashed <= set(removed)
+    assert not crashed & set(leftovers()["namespaces"])
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux setpriv to drop root")
+def test_without_root_the_cli_says_what_is_missing():
+    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                           sys.executable, "-m", "harness", "emulate", "--slice", "UTAH-GPN"],
+                          capture_output=True, text=True, env={**os.environ, "HOME": "/tmp"})
+    assert proc.returncode == 2
+    assert "emulated slices need root (network namespaces and TUN devices)" in proc.stderr.splitlines()[-1]
+
+
+def test_forcing_netem_says_why_it_cannot_be_used():
+    proc = subprocess.run([sys.executable, "-m", "harness", "emulate", "--mechanism", "netem"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "the netem delay mechanism cannot be used: " in proc.stderr.splitlines()[-1]
+
+
+def test_emulate_command_probes_and_tears_down():
+    proc = subprocess.run([sys.executable, "-m", "harness", "emulate", "--slice", "UTAH-MASS", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    pair = report["pairs"][0]
+    assert report["mechanism"] == "userspace" and pair["target_rtt_ms"] == 57.4
+    assert abs(pair["rtt_error_ms"]) <= 0.05 * 57.4 + 0.3
+    assert not any(name in netns.ours() for name in (v["netns"] for v in report["vms"].values()))
