@@ -84,7 +84,8 @@ def parse(text: str, source: str) -> Slice:
     pairs = rtt.items() if isinstance(rtt, dict) else [("*", rtt)]
     for key, ms in pairs:
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms < 0:
-            raise BadInput(f"{source}: field 'rtt_ms' must be a number >= 0 of milliseconds, got {key} = {ms!r}")
+            got = f"{key} = {ms!r}" if isinstance(rtt, dict) else repr(ms)
+            raise BadInput(f"{source}: field 'rtt_ms' must be >= 0 milliseconds, got {got}")
     bandwidth = _field(doc, "bandwidth_gbps", (int, float), source, required=False)
     if bandwidth is not None and bandwidth <= 0:
         raise BadInput(f"{source}: field 'bandwidth_gbps' must be > 0, got {bandwidth}")

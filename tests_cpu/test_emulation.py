@@ -57,6 +57,14 @@ def test_bulk_tcp_throughput_falls_as_window_over_rtt(net):
     assert max(ratios) / min(ratios) <= 1.6, ratios
 
 
+def test_bandwidth_cap_limits_bulk_throughput():
+    """A 0.4 Gbit/s cap (50 MB/s) at no delay: one connection gets 70-105% of it."""
+    capped = dataclasses.replace(slices.load("UTAH-GPN"), bandwidth_gbps=0.4)
+    with EmulatedNetwork(capped, rtt_ms=0.0) as network:
+        measured = measure_throughput(network, "vm1", "vm2", 100 * 2**20)
+    assert 0.7 * 50e6 <= measured <= 1.05 * 50e6, f"{measured / 1e6:.1f} MB/s"
+
+
 def test_each_vm_has_its_own_address_and_hostname_mapping(net):
     for vm, address in net.address.items():
         out = net.run(vm, [sys.executable, "-c", "import socket; print(socket.gethostbyname(socket.gethostname()))"],

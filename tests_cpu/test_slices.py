@@ -29,10 +29,30 @@ GOOD = 'name = "x"\nrtt_ms = 10\n[[vm]]\nsite = "A"\ngpus = 2\ngpu = "T4"\n'
     (GOOD.replace("gpus = 2", 'gpus = "two"'), "slice.toml: vm[0]: field 'gpus' must be int"),
     (GOOD.replace("rtt_ms = 10", "rtt_ms = -1"), "slice.toml: field 'rtt_ms' must be >= 0"),
     ("name = ", "slice.toml: not valid TOML"),
+    (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-B" = 5}'), "slice.toml: field 'rtt_ms': key 'A-B' must be SITE-SITE"),
+    (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-A" = -2}'), "slice.toml: field 'rtt_ms' must be >= 0 milliseconds, got A-A = -2"),
+    (GOOD.replace("rtt_ms = 10\n", "rtt_ms = 10\nbandwidth_gbps = 0\n"),
+     "slice.toml: field 'bandwidth_gbps' must be > 0"),
+    (GOOD + '[[vm]]\nsite = "B"\ngpus = 2\n', "slice.toml: vm[1]: missing field 'gpu'"),
+    (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-B" = 5}') + '[[vm]]\nsite = "C"\nname = "x"\ngpus = 2\ngpu = "A30"\n',
+     "slice.toml: field 'rtt_ms': key 'A-B' must be SITE-SITE with sites of this slice (A, C)"),
 ])
 def test_bad_slice_files_name_file_and_field(text, message):
     with pytest.raises(BadInput, match=re.escape(message)):
         slices.parse(text, "slice.toml")
+
+
+def test_rtt_per_pair_of_sites():
+    text = ('name = "three"\nrtt_ms = {"UTAH-GPN" = 20.2, "UTAH-MASS" = 57.4, "GPN-MASS" = 40.0}\n'
+            'bandwidth_gbps = 10\n' + "".join(f'[[vm]]\nsite = "{site}"\ngpus = 2\ngpu = "RTX6000"\n'
+                                                for site in ("UTAH", "GPN", "MASS", "UTAH")))
+    sl = slices.parse(text, "three.toml")
+    assert sl.rtt_between("vm1", "vm2") == 20.2 and sl.rtt_between("vm3", "vm2") == 40.0
+    assert sl.rtt_between("vm1", "vm4") == slices.SAME_SITE_RTT_MS  # same site
+    assert sl.rtt_ms == 57.4 and sl.bandwidth_gbps == 10.0
+    missing = text.replace(', "GPN-MASS" = 40.0', "")
+    with pytest.raises(BadInput, match='has no RTT for sites GPN and MASS'):
+        slices.parse(missing, "three.toml")
 
 
 values = st.one_of(st.integers(-3, 5), st.floats(-1, 200, allow_nan=False), st.text(max_size=8), st.booleans())
