@@ -33,9 +33,11 @@ class Assumptions:
     batch_per_gpu: int = 8
     micro_batches: int = 4
     precision: str = "float32"
+    remat: bool = False  # Pipeshard recomputes stage activations in the backward pass
 
     def __str__(self) -> str:
-        return f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
+        return (f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
+                + (", Pipeshard with rematerialisation" if self.remat else ""))
 
 
 def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
@@ -55,9 +57,10 @@ def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: 
         return technique(name, micro_batches=a.micro_batches, links=Links.for_rtt(sl.rtt_ms),
                          device_flops=min(g.peak_tflops(a.precision) for g in gpus) * 1e12,
                          device_memory=min(g.memory_bytes for g in gpus)), shape
-    if name == "Pipeshard" and shape.hosts == 1:
+    if name == "Pipeshard":
         # On one VM, Pipeshard's stages are the VM's GPUs (Alpa's 1x1 submeshes).
-        return technique(name, micro_batches=a.micro_batches), ClusterShape(shape.devices_per_host, 1)
+        single_vm = ClusterShape(shape.devices_per_host, 1) if shape.hosts == 1 else shape
+        return technique(name, micro_batches=a.micro_batches, remat=a.remat), single_vm
     return technique(name, micro_batches=a.micro_batches), shape
 
 

@@ -24,7 +24,7 @@ def utah_gpn_4_gpus():
 
 def test_memory_command_gives_one_record_per_technique(utah_gpn_4_gpus):
     doc = utah_gpn_4_gpus
-    assert doc["assumptions"] == {"batch_per_gpu": 8, "micro_batches": 4, "precision": "float32"}
+    assert doc["assumptions"] == {"batch_per_gpu": 8, "micro_batches": 4, "precision": "float32", "remat": False}
     recs = [records.validate(r) for r in doc["records"]]
     assert [r["technique"] for r in recs] == ["Data", "ZeRO2", "Shard", "Pipeshard"]
     for r in recs:
@@ -49,6 +49,14 @@ def test_verdicts_move_with_precision_and_batch():
             for a in (Assumptions(), Assumptions(precision="float16"), Assumptions(batch_per_gpu=2, micro_batches=2))}
     fp32, fp16, small = need.values()
     assert fp16 < fp32 and small < fp32
+
+
+def test_rematerialisation_cuts_pipeshards_memory(utah_gpn_4_gpus):
+    kept = next(r for r in utah_gpn_4_gpus["records"] if r["technique"] == "Pipeshard")["memory"]["bytes_per_device"]
+    remat = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 4, Assumptions(remat=True),
+                    techniques=("Pipeshard",))[0]
+    assert remat["memory"]["bytes_per_device"] < kept / 2
+    assert "rematerialised" in remat["plan"]
 
 
 def test_a_plan_that_cannot_be_built_is_a_failed_trial_not_a_crash():

@@ -50,6 +50,11 @@ def test_pipeshard_with_untied_embeddings_matches(shape, packed, reference):
                                rtol=RTOL)
 
 
+def test_pipeshard_with_rematerialisation_matches(packed, reference):
+    np.testing.assert_allclose(run_in_process("Pipeshard", MODEL, (2, 2), packed, remat=True),
+                               reference[MODEL.name + "True"], rtol=RTOL)
+
+
 def test_shard_with_tensor_parallel_plan_matches(packed, reference):
     plan = IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=True)
     np.testing.assert_allclose(run_in_process("Shard", MODEL, (2, 2), packed, plan=plan),

@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="microbatches per step (default: %(default)s; not stated in the paper)")
     p.add_argument("--precision", default=Assumptions.precision, choices=["float32", "float16", "bfloat16"],
                    help="compute precision; parameters and optimizer state stay float32 (default: %(default)s)")
+    p.add_argument("--remat", action="store_true",
+                   help="Pipeshard recomputes each stage's forward in the backward pass instead of keeping activations")
     p.add_argument("--techniques", nargs="+", default=list(TECHNIQUES), choices=list(TECHNIQUES), metavar="NAME",
                    help=f"techniques to analyse (default: all of {', '.join(TECHNIQUES)})")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial records to this file")
@@ -34,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> tuple[int, dict]:
     models = [model_config(m) for m in (PAPER_MODELS if args.model == "all" else [args.model])]
     chosen = slices.table_i() if args.slice == "all" else [slices.load(args.slice)]
-    assumptions = Assumptions(args.batch_per_gpu, args.micro_batches, args.precision)
+    assumptions = Assumptions(args.batch_per_gpu, args.micro_batches, args.precision, args.remat)
     for name, value in (("--batch-per-gpu", args.batch_per_gpu), ("--micro-batches", args.micro_batches)):
         if value < 1:
             raise BadInput(f"{name} must be positive, got {value}")

@@ -52,8 +52,10 @@ def balance(n_layers: int, n_stages: int, layer_cost: float, last_extra: float) 
 class PipeshardParallel:
     name = "Pipeshard"
 
-    def __init__(self, micro_batches: int = 4):
-        self.micro_batches = micro_batches
+    def __init__(self, micro_batches: int = 4, remat: bool = False):
+        """remat: recompute each stage's forward in the backward pass instead of keeping its
+        activations (GPipe's rematerialisation; off by default, as in Alpa's example)."""
+        self.micro_batches, self.remat = micro_batches, remat
 
     def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
         if shape.hosts > model_cfg.n_layer:
@@ -127,6 +129,9 @@ class PipeshardParallel:
                 # Logits are [microbatch, seq, vocab]: recomputed in the backward pass rather than
                 # kept, because a loop stores a branch's intermediates on every tick, taken or not.
                 head_loss = jax.checkpoint(lambda y, tgt: model.token_losses(net.head(y), tgt).sum())
+                run_stage = lambda h: net.run_blocks(h, active=layers_on)
+                if self.remat:  # keep only the stage's input per microbatch
+                    run_stage = jax.checkpoint(run_stage)
                 act0 = varying_zeros((*inputs.shape[1:], model_cfg.n_embd), jnp.dtype(model_cfg.dtype))
 
                 def tick(carry, t):
@@ -134,7 +139,7 @@ class PipeshardParallel:
                     # Stage s works on microbatch t - s; outside that window it idles (the bubble).
                     x = jax.lax.cond(stage == 0, lambda: net.embed(inputs[jnp.minimum(t, m - 1)]), lambda: act)
                     busy = (t >= stage) & (t < stage + m)
-                    y = jax.lax.cond(busy, lambda h: net.run_blocks(h, active=layers_on), lambda h: h, x)
+                    y = jax.lax.cond(busy, run_stage, lambda h: h, x)
                     mb = t - (n_stages - 1)
                     loss += jax.lax.cond((stage == n_stages - 1) & (mb >= 0),
                                          lambda: head_loss(y, targets[jnp.maximum(mb, 0)]), varying_zeros)
@@ -176,7 +181,8 @@ class PipeshardParallel:
             step=jax.jit(step, donate_argnums=(0, 1)),
             details={"stages": f"{n_stages} (one per VM), blocks per stage {sizes} (balanced by cost; "
                                f"the last stage also runs the head)",
-                     "schedule": f"GPipe, {m} microbatches, {m + n_stages - 1} ticks",
+                     "schedule": f"GPipe, {m} microbatches, {m + n_stages - 1} ticks"
+                                 + (", stages rematerialised in the backward pass" if self.remat else ""),
                      "inside a VM": f"each microbatch split over {shape.devices_per_host} devices, "
                                     "stage gradients all-reduced inside the VM",
                      "between VMs": "activations and their gradients by collective-permute"
