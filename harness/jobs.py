@@ -7,6 +7,8 @@ what makes "same numbers in one process and in several" a test of the techniques
 import dataclasses
 from dataclasses import dataclass, field
 
+import jax
+
 from harness import data, train
 from harness.config import GPTConfig, TrainConfig
 from harness.techniques import ClusterShape, technique
@@ -44,12 +46,12 @@ def execute(job: Job) -> dict:
     model_cfg, cfg = GPTConfig(**job.model), TrainConfig(**job.train)
     seq_len = cfg.resolved_seq_len(model_cfg)
     shape = ClusterShape(job.hosts, job.devices_per_host)
-    plan = technique(job.technique, **technique_options(job)).build(model_cfg, shape, cfg, cfg.steps)
+    tech = technique(job.technique, **technique_options(job))
+    tech.validate(model_cfg, shape, cfg.batch_size)  # before loading or tokenizing anything
     corpus = data.load_corpus(job.corpus, job.corpus_config)
     packed = data.prepare(model_cfg.vocab_size, seq_len, cfg.batch_size, corpus)
+    plan = tech.build(model_cfg, shape, cfg, train.total_steps(cfg, packed))  # steps or epochs
     run = train.train_plan(plan, model_cfg, cfg, packed)
-    import jax
-
     return {"process_index": jax.process_index(), "process_count": jax.process_count(),
             "losses": run.losses, "step_times_s": run.step_times_s, "compile_s": run.compile_s,
             "description": plan.describe()}

@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from harness import data, hlo, model, train
 from harness.errors import BadInput
 from harness.flops import param_count
-from harness.jobs import Job
+from harness.jobs import Job, execute
 from harness.launch import LocalProcesses
 from harness.techniques import TECHNIQUES, ClusterShape, technique
 from harness.techniques.pipeshard import balance
-from harness.techniques.shard_parallel import IntraOpPlan
+from harness.config import model_config
+from harness.netmodel import Links
+from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
 from techniques_setup import MICRO_BATCHES, MODEL, SHAPES, TRAIN, UNTIED
 
 RTOL = 1e-4
@@ -74,6 +76,13 @@ def test_two_processes_match_single_device(benchmark, reference):
         for r in results:
             assert r["process_count"] == 2
             np.testing.assert_allclose(r["losses"], reference[MODEL.name + "True"], rtol=RTOL, err_msg=name)
+
+
+def test_job_with_an_epoch_budget_trains_that_many_steps(packed):
+    """The optimizer's schedule and the loop take the budget from the same place, steps or epochs."""
+    budget = {**dataclasses.asdict(TRAIN), "steps": None, "epochs": 4 / packed.steps_per_epoch(TRAIN.batch_size)}
+    result = execute(Job("Data", dataclasses.asdict(MODEL), 1, 4, train=budget, options={"micro_batches": 2}))
+    assert len(result["losses"]) == 4 and result["process_count"] == 1
 
 
 # ---- structure, read from the compiled HLO of a 2x2 cluster (device i is on VM i // 2) ----
@@ -178,15 +187,13 @@ def test_pipeline_cut_is_optimal_and_complete(layers, stages, extra):
 
 
 def test_shard_planner_keeps_tensor_parallelism_inside_vms_when_vms_are_far_apart():
-    from harness.config import model_config
-    from harness.netmodel import Links
-    from harness.techniques.shard_parallel import choose
-
     gpt2m = model_config("gpt2m")
     far, _, table = choose(ClusterShape(2, 2), gpt2m, 32, 1024, 4, Links.for_rtt(100.0), 16e12)
     assert far.tensor[0] == 1  # never split a layer across a 100 ms link
+    assert far.tensor_size == 2  # but shrink the gradient all-reduce that does cross it
     assert len(table) == 7
-    near, _, _ = choose(ClusterShape(2, 2), gpt2m, 32, 1024, 4, Links.for_rtt(100.0).uniform(), 16e12)
-    est = lambda plan, links: __import__("harness.techniques.shard_parallel", fromlist=["estimate"]).estimate(
-        plan, gpt2m, 32, 1024, 4, links, 16e12)["data_comm_s"]
-    assert est(far, Links.for_rtt(100.0)) > est(far, Links.for_rtt(1.0))
+    # A planner that sees every link as fast (Alpa's uniform mesh) keeps plain data parallelism.
+    uniform, _, _ = choose(ClusterShape(2, 2), gpt2m, 32, 1024, 4, Links.for_rtt(100.0).uniform(), 16e12)
+    assert (uniform.data_size, uniform.tensor_size) == (4, 1)
+    data_comm = lambda links: estimate(far, gpt2m, 32, 1024, 4, links, 16e12)["data_comm_s"]
+    assert data_comm(Links.for_rtt(100.0)) > data_comm(Links.for_rtt(1.0))

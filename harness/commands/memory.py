@@ -53,8 +53,8 @@ def run(args) -> tuple[int, dict]:
                 gpus = sl.gpus_per_vm * (len(sl.vms) if which == "all" else 1)
                 print(f"{model_cfg.name} on {sl.name}, {gpus} GPUs ...", file=sys.stderr, flush=True)
                 out += analyse(sl, model_cfg, gpus, assumptions, args.techniques, cache)
-    for r in out:
-        if args.out:
+    if args.out:
+        for r in out:
             records.append(args.out, r)
     if not args.json:
         print_table(out, assumptions)

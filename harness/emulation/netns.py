@@ -2,8 +2,9 @@
 
 Every namespace is named `fh-<run>-<vm>` and recorded in /run/fabric-harness/<name>.pid with the
 pid of the process that owns it. A namespace whose owner is gone is a leftover of a crash, and
-sweep() removes it together with its processes and its /etc/netns/<name> files.
+sweep() removes it together with its processes, its /etc/netns/<name> files and its scratch dir.
 """
+import functools
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ class Unavailable(RuntimeError):
     """The machine cannot emulate a slice (privilege or kernel feature missing); says which."""
 
 
+@functools.cache  # privileges do not change while a process runs; the check creates a namespace
 def missing_privileges() -> str | None:
     if os.geteuid() != 0:
         return "emulated slices need root (network namespaces and TUN devices), running as uid %d" % os.geteuid()
@@ -74,24 +76,68 @@ def create(name: str, address: str) -> None:
     (etc / "hosts").write_text(f"127.0.0.1 localhost\n{address} {socket.gethostname()}\n")
 
 
+def scratch(name: str) -> Path:
+    """A directory for files of what runs in the namespace (Ray's temp dir); removed with it.
+
+    Short on purpose: Ray puts unix sockets under it, whose paths must stay under 108 bytes.
+    """
+    return Path("/tmp") / name
+
+
 def pids(name: str) -> list[int]:
     result = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
     return [int(p) for p in result.stdout.split()]
 
 
-def delete(name: str) -> None:
-    """Kill everything still running inside, then remove the namespace and its files."""
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _mentions(pid: int, marker: str) -> bool:
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def stop(name: str, marker: str | None = None, grace_s: float = 3) -> None:
+    """SIGTERM, then after grace_s SIGKILL, the processes in the namespace: all of them, or only
+    the trees rooted at a process whose command line mentions marker (children that renamed
+    themselves, like Ray's workers, go with their parents)."""
+    def targets() -> list[int]:
+        inside = pids(name)
+        if marker is None:
+            return inside
+        roots = {p for p in inside if _mentions(p, marker)}
+        chosen = []
+        for p in inside:
+            q = p
+            while q is not None and q > 1 and q not in roots:
+                q = _parent(q)
+            if q in roots:
+                chosen.append(p)
+        return chosen
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids(name):
+        for pid in targets():
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 3
-        while pids(name) and time.monotonic() < deadline:
+        deadline = time.monotonic() + grace_s
+        while targets() and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+def delete(name: str) -> None:
+    """Kill everything still running inside, then remove the namespace and its files."""
+    stop(name)
     subprocess.run(["ip", "netns", "del", name], capture_output=True)
     shutil.rmtree(ETC_NETNS / name, ignore_errors=True)
+    shutil.rmtree(scratch(name), ignore_errors=True)
     (RECORDS / f"{name}.pid").unlink(missing_ok=True)
 
 

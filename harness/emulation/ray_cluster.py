@@ -8,10 +8,10 @@ stdin and reads its answer from stdout.
 """
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from harness.emulation import netns
 from harness.emulation.network import EmulatedNetwork
 
 PORT = 6379
@@ -22,7 +22,7 @@ class RayCluster:
     def __init__(self, net: EmulatedNetwork):
         self.net = net
         self.ray = str(Path(sys.executable).with_name("ray"))
-        self.temp = {vm: Path(f"/tmp/{name}") for vm, name in net.netns.items()}  # short: Ray's socket paths
+        self.temp = {vm: netns.scratch(name) for vm, name in net.netns.items()}  # removed with the namespace
         self.head = net.slice.vms[0].name
         self.address = f"{net.address[self.head]}:{PORT}"
         self.started: list[str] = []
@@ -52,15 +52,11 @@ class RayCluster:
             raise RuntimeError(f"ray start on {vm.name} failed: {result.stderr.strip().splitlines()[-1]}")
 
     def stop(self) -> None:
-        # All nodes at once: each `ray stop` spends most of its time importing Ray.
-        stopping = [self.net.popen(vm, [self.ray, "stop", "--force"], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL) for vm in self.started]
-        for proc in stopping:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # whatever is left is killed with the namespace
-                proc.wait()
+        # Not `ray stop`: it finds Ray processes by name on the whole machine, so it would also
+        # stop every other Ray cluster here (another slice's, the user's own). Only the process
+        # trees started for this cluster's nodes are stopped, node by node.
+        for vm in self.started:
+            netns.stop(self.net.netns[vm], marker=str(self.temp[vm]))
         for vm in self.started:
             shutil.rmtree(self.temp[vm], ignore_errors=True)
         self.started = []

@@ -102,7 +102,7 @@ class Plan:
     """A technique applied to one model on one cluster: layout, shardings and the train step.
 
     step(params, opt_state, inputs, targets) -> (params, opt_state, loss), with params and
-    opt_state in the technique's layout and sharding, inputs/targets as prepared by batch().
+    opt_state in the technique's layout and sharding, inputs/targets as placed by place_batch().
     """
     technique: str
     mesh: Mesh

@@ -163,10 +163,13 @@ class ShardParallel:
               devices=None) -> Plan:
         self.validate(model_cfg, shape, cfg.batch_size)
         seq_len = cfg.resolved_seq_len(model_cfg)
-        chosen, est, table = choose(shape, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links,
-                                    self.device_flops, self.device_memory)
-        plan = self.plan or chosen
-        est = estimate(plan, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links, self.device_flops)
+        if self.plan:
+            plan, considered = self.plan, 1
+            est = estimate(plan, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links, self.device_flops)
+        else:
+            plan, est, table = choose(shape, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links,
+                                      self.device_flops, self.device_memory)
+            considered = len(table)
         physical = make_mesh(shape, devices).devices
         mesh = Mesh(physical.reshape(plan.data[0], plan.tensor[0], plan.data[1], plan.tensor[1]), AXES)
 
@@ -197,5 +200,5 @@ class ShardParallel:
                      "estimated step": f"{est['seconds'] * 1e3:.2f} ms = compute {est['compute_s'] * 1e3:.2f} "
                                        f"+ tensor comm {est['tensor_comm_s'] * 1e3:.2f} "
                                        f"+ data comm {est['data_comm_s'] * 1e3:.2f}",
-                     "plans considered": len(table)},
+                     "plans considered": considered},
         )
