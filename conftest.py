@@ -13,6 +13,8 @@ import pytest
 # Set before JAX is imported anywhere; it has no effect on GPU backends.
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 
+pytest_plugins = ["harness.claims_plugin"]
+
 MARKER_BY_DIR = {"tests_cpu": "cpu", "tests_gpu": "gpu", "tests_fabric": "fabric"}
 INVENTORY_ENV = "HARNESS_SLICE_INVENTORY"
 

@@ -42,7 +42,10 @@ def technique_options(job: Job) -> dict:
     return options
 
 
-def execute(job: Job) -> dict:
+def start(job: Job, budget_steps: int | None = None) -> tuple[train.Stepper, str]:
+    """Validate, load the data, build the plan and compile its step: a Stepper ready to advance.
+
+    budget_steps sets the optimizer schedule's length when the job runs open-ended (a sweep)."""
     model_cfg, cfg = GPTConfig(**job.model), TrainConfig(**job.train)
     seq_len = cfg.resolved_seq_len(model_cfg)
     shape = ClusterShape(job.hosts, job.devices_per_host)
@@ -50,8 +53,14 @@ def execute(job: Job) -> dict:
     tech.validate(model_cfg, shape, cfg.batch_size)  # before loading or tokenizing anything
     corpus = data.load_corpus(job.corpus, job.corpus_config)
     packed = data.prepare(model_cfg.vocab_size, seq_len, cfg.batch_size, corpus)
-    plan = tech.build(model_cfg, shape, cfg, train.total_steps(cfg, packed))  # steps or epochs
-    run = train.train_plan(plan, model_cfg, cfg, packed)
+    total = budget_steps or train.total_steps(cfg, packed)  # steps or epochs
+    plan = tech.build(model_cfg, shape, cfg, total)
+    return train.plan_stepper(plan, model_cfg, cfg, packed, train.TrainRun(total)), plan.describe()
+
+
+def execute(job: Job) -> dict:
+    stepper, description = start(job)
+    run = stepper.advance(stepper.run.total_steps)
     return {"process_index": jax.process_index(), "process_count": jax.process_count(),
             "losses": run.losses, "step_times_s": run.step_times_s, "compile_s": run.compile_s,
-            "description": plan.describe()}
+            "description": description}

@@ -34,10 +34,12 @@ class Assumptions:
     micro_batches: int = 4
     precision: str = "float32"
     remat: bool = False  # Pipeshard recomputes stage activations in the backward pass
+    alpa_shard: bool = False  # Shard plans as Alpa's ShardParallel: uniform mesh, no memory budget
 
     def __str__(self) -> str:
         return (f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
-                + (", Pipeshard with rematerialisation" if self.remat else ""))
+                + (", Pipeshard with rematerialisation" if self.remat else "")
+                + (", Shard planned as Alpa's (uniform mesh, no memory budget)" if self.alpa_shard else ""))
 
 
 def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
@@ -52,6 +54,8 @@ def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
 
 def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: Assumptions):
     """The technique as configured for this slice; the returned shape is the mesh it compiles for."""
+    if name == "Shard" and a.alpa_shard:
+        return technique(name, micro_batches=a.micro_batches), shape
     if name == "Shard":
         gpus = [vm.accelerator for vm in sl.vms if vm.name in vms]
         return technique(name, micro_batches=a.micro_batches, links=Links.for_rtt(sl.rtt_ms),
@@ -70,10 +74,9 @@ def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Assumptio
     start = time.perf_counter()
     plan = tech.build(model_cfg, shape, cfg, total_steps=1)
     _, abstract = model.abstract_init(model_cfg)
-    analysis = plan.step.lower(*plan.abstract_args(abstract, batch, model_cfg.n_positions)).compile().memory_analysis()
-    need = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes - analysis.alias_size_in_bytes
-            + analysis.temp_size_in_bytes)
-    return {"bytes_per_device": int(need), "arguments": int(analysis.argument_size_in_bytes),
+    compiled = plan.step.lower(*plan.abstract_args(abstract, batch, model_cfg.n_positions)).compile()
+    analysis = compiled.memory_analysis()
+    return {"bytes_per_device": train.needed_bytes(compiled), "arguments": int(analysis.argument_size_in_bytes),
             "temporaries": int(analysis.temp_size_in_bytes), "compile_s": time.perf_counter() - start,
             "plan": plan.describe()}
 

@@ -29,10 +29,11 @@ class TrainRun:
     step_times_s: list[float] = field(default_factory=list)
     compile_s: float | None = None
     params: dict | None = None  # final parameters, for tests and later stages
+    excluded_steps: int = WARMUP_STEPS_EXCLUDED  # 0 when warm-up steps were run and dropped before
 
     @property
     def median_step_s(self) -> float | None:
-        timed = self.step_times_s[WARMUP_STEPS_EXCLUDED:] or self.step_times_s
+        timed = self.step_times_s[self.excluded_steps:] or self.step_times_s
         return statistics.median(timed) if timed else None
 
 
@@ -85,28 +86,62 @@ def train_plan(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus,
                on_step=None) -> TrainRun:
     """Train with a technique's Plan; every process of a multi-process run calls this in step."""
     run = run or TrainRun(total_steps(cfg, data))
+    return plan_stepper(plan, model_cfg, cfg, data, run).advance(run.total_steps, on_step)
+
+
+class Stepper:
+    """A compiled step with its training state, advanced a few steps at a time.
+
+    A latency sweep keeps one Stepper per technique and calls advance() at every RTT: one
+    compilation serves the whole sweep. Every completed step is in `run` at once, so a failure or
+    Ctrl-C loses nothing.
+    """
+
+    def __init__(self, run: TrainRun, step_fn, params, opt_state, args):
+        start = time.perf_counter()
+        self.step_fn = step_fn.lower(params, opt_state, *args(0)).compile()
+        run.compile_s = time.perf_counter() - start
+        self.run, self.params, self.opt_state, self.args = run, params, opt_state, args
+        self.next_step = 0
+
+    def advance(self, n: int, on_step=None) -> TrainRun:
+        for _ in range(n):
+            step = self.next_step
+            step_args = self.args(step)
+            start = time.perf_counter()
+            self.params, self.opt_state, loss = self.step_fn(self.params, self.opt_state, *step_args)
+            loss = local_scalar(loss)  # waits for the step, like block_until_ready
+            seconds = time.perf_counter() - start
+            self.run.losses.append(loss)
+            self.run.step_times_s.append(seconds)
+            self.next_step += 1
+            if on_step:
+                on_step(step, loss, seconds)
+        self.run.params = self.params
+        return self.run
+
+    def bytes_per_device(self) -> int | None:
+        return needed_bytes(self.step_fn)
+
+
+def needed_bytes(compiled) -> int | None:
+    """Per-device bytes of a compiled step: arguments + unaliased outputs + temporaries (XLA's analysis)."""
+    m = compiled.memory_analysis()
+    if m is None:
+        return None
+    return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes)
+
+
+def plan_stepper(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus, run: TrainRun) -> Stepper:
+    """A technique's Plan, initialised from the reference model and compiled (every process calls this)."""
     _, canonical = model.init(model_cfg, cfg.seed)  # the same initial model as the reference
     params, opt_state = plan.init_state(canonical)
-    return _loop(run, plan.step, params, opt_state,
-                 lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)), on_step)
+    return Stepper(run, plan.step, params, opt_state,
+                   lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)))
 
 
 def _loop(run: TrainRun, step_fn, params, opt_state, args, on_step) -> TrainRun:
-    start = time.perf_counter()
-    step_fn = step_fn.lower(params, opt_state, *args(0)).compile()
-    run.compile_s = time.perf_counter() - start
-    for step in range(run.total_steps):
-        step_args = args(step)
-        start = time.perf_counter()
-        params, opt_state, loss = step_fn(params, opt_state, *step_args)
-        loss = local_scalar(loss)  # waits for the step, like block_until_ready
-        seconds = time.perf_counter() - start
-        run.losses.append(loss)
-        run.step_times_s.append(seconds)
-        if on_step:
-            on_step(step, loss, seconds)
-    run.params = params
-    return run
+    return Stepper(run, step_fn, params, opt_state, args).advance(run.total_steps, on_step)
 
 
 def peak_tflops(dtype: str) -> float | None:
@@ -152,7 +187,7 @@ def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None,
         losses=run.losses if run else [],
         timing={"compile_s": run.compile_s if run else None,
                 "step_times_s": run.step_times_s if run else [],
-                "excluded_warmup_steps": WARMUP_STEPS_EXCLUDED,
+                "excluded_warmup_steps": run.excluded_steps if run else WARMUP_STEPS_EXCLUDED,
                 "median_step_s": median,
                 "epoch_time_s": median * per_epoch if median and per_epoch else None},
         throughput={"tflops_alpa": flops.tflops(alpa, median, n_devices) if median else None,

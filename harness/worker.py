@@ -1,29 +1,44 @@
-"""`python -m harness.worker`: one VM's process in a multi-process run.
+"""`python -m harness.worker [--serve]`: one VM's process in a multi-process run.
 
-It reads a list of jobs (JSON) on stdin, joins the others through jax.distributed, runs the
-jobs in order and prints their results as one JSON line on stdout. The launcher sets:
-HARNESS_COORDINATOR (host:port of process 0), HARNESS_NUM_PROCESSES, HARNESS_PROCESS_ID,
-HARNESS_LOCAL_DEVICES (CPU devices of this process, the scale model's GPUs), and optionally
-HARNESS_HEARTBEAT_S: a process that cannot reach the others for that long (a link down) makes the
-whole run fail instead of hang (default 30 s; JAX's own default is 100 s).
+The launcher sets HARNESS_COORDINATOR (host:port of process 0), HARNESS_NUM_PROCESSES,
+HARNESS_PROCESS_ID, HARNESS_LOCAL_DEVICES (CPU devices of this process, the scale model's GPUs),
+and optionally HARNESS_HEARTBEAT_S: a process that cannot reach the others for that long (a link
+down) makes the whole run fail instead of hang (default 30 s; JAX's own default is 100 s).
+
+Batch mode reads a list of jobs (JSON) on stdin, runs them in order and prints their results as
+one JSON line. Serve mode keeps compiled steps alive between requests, so that a latency sweep
+compiles each technique once; it reads one request per line and answers each with one line:
+    {"do": "build", "key": k, "job": {...}, "budget_steps": n}  -> {"compile_s", "description", "bytes_per_device"}
+    {"do": "steps", "key": k, "n": n}                           -> {"losses", "step_times_s"} of those n steps
+    {"do": "exit"}                                              -> {} and the process ends
+A request that fails answers {"error": [status, reason]} and the server goes on, unless the
+failure broke the processes' connection, in which case JAX ends the process.
+Every process of a run gets the same requests in the same order.
 """
 import json
 import os
 import sys
 
 
-def main() -> int:
-    jobs = json.load(sys.stdin)
+def init_distributed() -> None:
     import jax
 
     if jax.config.jax_platforms in (None, "", "cpu"):
         jax.config.update("jax_num_cpu_devices", int(os.environ["HARNESS_LOCAL_DEVICES"]))
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # collectives over TCP
-    jax.distributed.initialize(coordinator_address=os.environ["HARNESS_COORDINATOR"],
-                               num_processes=int(os.environ["HARNESS_NUM_PROCESSES"]),
-                               process_id=int(os.environ["HARNESS_PROCESS_ID"]),
-                               initialization_timeout=120,
-                               heartbeat_timeout_seconds=int(os.environ.get("HARNESS_HEARTBEAT_S", "30")))
+    if int(os.environ["HARNESS_NUM_PROCESSES"]) > 1:
+        jax.distributed.initialize(coordinator_address=os.environ["HARNESS_COORDINATOR"],
+                                   num_processes=int(os.environ["HARNESS_NUM_PROCESSES"]),
+                                   process_id=int(os.environ["HARNESS_PROCESS_ID"]),
+                                   initialization_timeout=120,
+                                   heartbeat_timeout_seconds=int(os.environ.get("HARNESS_HEARTBEAT_S", "30")))
+
+
+def batch() -> int:
+    jobs = json.load(sys.stdin)
+    init_distributed()
+    import jax
+
     from harness.jobs import Job, execute
 
     try:
@@ -34,5 +49,40 @@ def main() -> int:
     return 0
 
 
+def serve() -> int:
+    # Answers get the real stdout to themselves; anything else that writes there (a library's
+    # print, a C++ log line) goes to stderr, so that every line the caller reads is an answer.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    init_distributed()
+    from harness import records
+    from harness.jobs import Job, start
+
+    steppers = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["do"] == "build":
+                stepper, description = start(Job.from_dict(request["job"]), request.get("budget_steps"))
+                steppers[request["key"]] = stepper
+                answer = {"compile_s": stepper.run.compile_s, "description": description,
+                          "bytes_per_device": stepper.bytes_per_device()}
+            elif request["do"] == "steps":
+                run = steppers[request["key"]].run
+                done = len(run.losses)
+                steppers[request["key"]].advance(request["n"])
+                answer = {"losses": run.losses[done:], "step_times_s": run.step_times_s[done:]}
+            elif request["do"] == "exit":
+                print("{}", file=answers, flush=True)
+                return 0
+            else:
+                raise ValueError(f"unknown request {request['do']!r}")
+        except Exception as e:  # a failed build or step is the trial's result, not the server's end
+            answer = {"error": records.failure(e)}
+        print(json.dumps(answer), file=answers, flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve() if sys.argv[1:] == ["--serve"] else batch())

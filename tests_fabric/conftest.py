@@ -1,15 +1,9 @@
-import tomllib
-
 import pytest
+
+from harness import inventory
 
 
 @pytest.fixture(scope="session")
-def inventory(pytestconfig):
-    """The live slice: `ray_address` and one [[vm]] table per VM (name, site, gpus, gpu_type)."""
-    path = pytestconfig.getoption("--slice-inventory")
-    with open(path, "rb") as f:
-        inv = tomllib.load(f)
-    for field in ("ray_address", "vm"):
-        if field not in inv:
-            pytest.fail(f"slice inventory {path}: missing field {field!r}")
-    return inv
+def live_slice(pytestconfig):
+    """(slice, Ray address, platform) of the live slice described by --slice-inventory."""
+    return inventory.load(pytestconfig.getoption("--slice-inventory"))

@@ -3,6 +3,6 @@
 run returns (exit status, result): the result is the command's one JSON document under --json,
 and is printed for people by the command itself otherwise.
 """
-from harness.commands import emulate, memory, train
+from harness.commands import compare, emulate, memory, reproduce, train
 
-COMMANDS = {"train": train, "memory": memory, "emulate": emulate}
+COMMANDS = {"reproduce": reproduce, "train": train, "memory": memory, "emulate": emulate, "compare": compare}

@@ -100,6 +100,15 @@ class EmulatedNetwork:
         self.rtt_ms = rtt_ms
         self._send_links()
 
+    def use_slice(self, sl: Slice) -> None:
+        """Give the live link another slice's RTTs and bandwidth cap (same VM names): one cluster
+        serves a sweep over slices that differ only in their network."""
+        if [vm.name for vm in sl.vms] != [vm.name for vm in self.slice.vms]:
+            raise ValueError(f"slice {sl.name} has other VMs than {self.slice.name}")
+        self.slice, self.rtt_ms = sl, None
+        self.rate = sl.bandwidth_gbps * 1e9 / 8 if sl.bandwidth_gbps else None
+        self._send_links()
+
     def _send_links(self) -> None:
         self.relay.stdin.write(json.dumps({"links": self._links()}) + "\n")
         self.relay.stdin.flush()

@@ -2,13 +2,18 @@
 the head on VM1 and a worker on every other VM, each with its own temp dir, no dashboard and no
 usage stats, a custom resource naming its VM, and the VM's CPU and GPU counts.
 
-The driver runs where the paper's ran, on VM1 (a Ray driver needs a local node): RayCluster.drive()
-starts `python -m harness.emulation.ray_driver` inside VM1's namespace, hands it a request on
-stdin and reads its answer from stdout.
+The driver runs where the paper's ran, on VM1 (a Ray driver needs a local node): RayCluster.driver()
+starts `python -m harness.emulation.ray_driver` inside VM1's namespace and talks to it one JSON
+line at a time (Driver); on a live slice the same Driver runs on this machine.
 """
 import json
+import os
+import selectors
 import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from harness.emulation import netns
@@ -16,6 +21,20 @@ from harness.emulation.network import EmulatedNetwork
 
 PORT = 6379
 OBJECT_STORE_BYTES = 100 * 2**20  # Ray's minimum is 75 MiB; the suite moves no large objects
+
+
+def share_cores(vms: list[str]) -> dict[str, set[int]]:
+    """This machine's cores dealt out to the emulated VMs, an equal share each (shared round-robin
+    when there are more VMs than cores). Pinned this way, a VM computes at the same speed whether or
+    not the other VMs are busy, so one VM's run is not handed the whole machine (the paper's VMs
+    did not share GPUs) and timings of one VM and of all VMs compare fairly."""
+    cpus = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cpus) // len(vms))
+    return {vm: ({cpus[(i * per + k) % len(cpus)] for k in range(per)}) for i, vm in enumerate(vms)}
+
+
+def taskset(cores: set[int]) -> list[str]:
+    return ["taskset", "--cpu-list", ",".join(map(str, sorted(cores)))]
 
 
 class RayCluster:
@@ -26,6 +45,9 @@ class RayCluster:
         self.head = net.slice.vms[0].name
         self.address = f"{net.address[self.head]}:{PORT}"
         self.started: list[str] = []
+        self.cores = share_cores([vm.name for vm in net.slice.vms])
+        first = [sum(vm.gpus for vm in net.slice.vms[:i]) for i in range(len(net.slice.vms))]
+        self.gpus = {vm.name: ",".join(str(first[i] + k) for k in range(vm.gpus)) for i, vm in enumerate(net.slice.vms)}
 
     def __enter__(self) -> "RayCluster":
         try:
@@ -47,7 +69,11 @@ class RayCluster:
                 "--num-cpus", str(vm.cores or 1), "--num-gpus", "0" if self.net.cpu_only else str(vm.gpus),
                 "--resources", json.dumps({vm.name: 1}), "--object-store-memory", str(OBJECT_STORE_BYTES)]
         self.started.append(vm.name)
-        result = self.net.run(vm.name, argv, timeout=120, capture_output=True, text=True)
+        # The affinity is inherited by the raylet and every actor and worker it starts. On GPUs each
+        # node is given its own GPUs, as a VM would have them.
+        env = None if self.net.cpu_only else {**os.environ, "CUDA_VISIBLE_DEVICES": self.gpus[vm.name]}
+        result = self.net.run(vm.name, [*taskset(self.cores[vm.name]), *argv], timeout=120, capture_output=True,
+                              text=True, env=env)
         if result.returncode:
             raise RuntimeError(f"ray start on {vm.name} failed: {result.stderr.strip().splitlines()[-1]}")
 
@@ -61,13 +87,64 @@ class RayCluster:
             shutil.rmtree(self.temp[vm], ignore_errors=True)
         self.started = []
 
-    def drive(self, request: dict, timeout: float = 900) -> dict:
-        """Run the driver on VM1 with this request; returns its answer."""
-        request = {**request, "address": self.address, "vms": [vm.name for vm in self.net.slice.vms],
-                   "addresses": self.net.address}
-        result = self.net.run(self.head, [sys.executable, "-m", "harness.emulation.ray_driver"], timeout=timeout,
-                              input=json.dumps(request), capture_output=True, text=True)
-        if result.returncode:
-            tail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
-            raise RuntimeError(f"Ray driver failed: {tail}")
-        return json.loads(result.stdout.strip().splitlines()[-1])
+    def driver(self) -> "Driver":
+        """A driver session on VM1 (close it, or use it as a context manager)."""
+        return Driver(["ip", "netns", "exec", self.net.netns[self.head], *taskset(self.cores[self.head])],
+                      self.address, [vm.name for vm in self.net.slice.vms])
+
+    def drive(self, request: dict, timeout: float = 900):
+        """Run the driver on VM1 with this one request; returns its answer."""
+        with self.driver() as d:
+            return d.request(request, timeout)
+
+
+class DriverError(RuntimeError):
+    pass
+
+
+class Driver:
+    """A running `harness.emulation.ray_driver`, spoken to one JSON line at a time.
+
+    On an emulated slice it runs inside VM1's namespace; on a live slice, on this machine (which
+    must be a node of the cluster: a Ray driver needs a local node)."""
+
+    def __init__(self, prefix: list[str], address: str, vms: list[str]):
+        self.address, self.vms = address, vms
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "harness.emulation.ray_driver"], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     start_new_session=True)
+
+    def __enter__(self) -> "Driver":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def request(self, request: dict, timeout: float = 900):
+        self.proc.stdin.write(json.dumps({**request, "address": self.address, "all_vms": self.vms}) + "\n")
+        self.proc.stdin.flush()
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.log.seek(0)
+            tail = self.log.read().strip().splitlines()
+            self.close()
+            why = f"no answer within {timeout:.0f} s" if not ready else (tail[-1] if tail else "it exited")
+            raise DriverError(f"Ray driver failed on {request['do']!r}: {why}")
+        answer = json.loads(line)
+        if isinstance(answer, dict) and set(answer) == {"error"}:
+            raise DriverError(f"Ray driver: {request['do']!r} failed: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # the driver closes its worker groups and disconnects
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()

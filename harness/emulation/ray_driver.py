@@ -1,75 +1,189 @@
 """The Ray driver of an emulated or live slice, run on VM1: `python -m harness.emulation.ray_driver`.
 
-Request on stdin (JSON), answer on stdout (one JSON line):
-    {"do": "nodes"}                      -> the alive nodes: address and resources
-    {"do": "where"}                      -> for each VM, the address its pinned actor sees
+It reads requests on stdin, one JSON object per line, and answers each with one JSON line:
+    {"do": "nodes"}                       -> the alive nodes: address and resources
+    {"do": "where"}                       -> for each VM, the address its pinned actor sees
+    {"do": "rtt", "a": vm, "b": vm}       -> median RTT in ms between two VMs, measured by their actors
     {"do": "train", "jobs": [...], "devices_per_host": d, "heartbeat_s": 30}
-                                         -> per VM, the results of harness.worker running the jobs
+                                          -> per VM, the results of harness.worker running the jobs
+    {"do": "open", "group": g, "vms": [...], "devices_per_host": d}
+                                          -> a worker server (harness.worker --serve) per VM, kept
+    {"do": "call", "group": g, "request": {...}, "timeout": s}
+                                          -> per VM, that server's answer to the request
+    {"do": "close", "group": g}
+Every request may carry "vms" (default: all). A request that fails answers {"error": "..."}.
 Training workers are Ray actors pinned one per VM (placement group, STRICT_SPREAD, and the VM's
 custom resource); each starts `python -m harness.worker`, which brings up jax.distributed with
 VM1's actor as coordinator, exactly as the local launcher does.
 """
+import ctypes
 import json
 import os
-import socket
+import selectors
+import signal
+import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from harness.emulation import probe
 from harness.launch import describe_failure
 
 COORDINATOR_PORT = 7310
+ECHO_PORT = 7311
+PIN = 0.01
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned workers
 
 
 @ray.remote(num_cpus=1)
 class VMWorker:
+    def __init__(self):
+        self.server: subprocess.Popen | None = None
+
     def address(self) -> str:
-        return socket.gethostbyname(socket.gethostname())
+        return ray.util.get_node_ip_address()  # the VM's address as its Ray node was started with
 
     def train(self, jobs: list, env: dict, timeout: float) -> list:
         result = subprocess.run([sys.executable, "-m", "harness.worker"], input=json.dumps(jobs), text=True,
-                                capture_output=True, env={**os.environ, **env}, timeout=timeout)
+                                capture_output=True, env={**os.environ, **env}, timeout=timeout,
+                                preexec_fn=_die_with_parent)
         if result.returncode:
             raise RuntimeError(f"harness.worker on {self.address()} {describe_failure(result.returncode, result.stderr)}")
         return json.loads(result.stdout.strip().splitlines()[-1])
 
+    def echo(self) -> None:
+        threading.Thread(target=probe.echo, args=(self.address(), ECHO_PORT), daemon=True).start()
+
+    def ping(self, address: str, count: int) -> list[float]:
+        return probe.ping(address, ECHO_PORT, count)
+
+    def open(self, env: dict) -> None:
+        self.log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker never blocks
+        self.server = subprocess.Popen([sys.executable, "-m", "harness.worker", "--serve"], text=True,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                       env={**os.environ, **env}, preexec_fn=_die_with_parent)
+
+    def send(self, request: dict) -> None:
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+
+    def answer(self, timeout: float) -> dict:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.server.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                self.close()
+                raise TimeoutError(f"the worker on {self.address()} did not answer within {timeout:.0f} s")
+        line = self.server.stdout.readline()
+        if not line:
+            self.server.wait()
+            self.log.seek(0)
+            raise RuntimeError(f"harness.worker on {self.address()} "
+                               f"{describe_failure(self.server.returncode, self.log.read())}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.server and self.server.poll() is None:
+            self.server.kill()
+            self.server.wait()
+
+
+def env_for(request: dict, coordinator: str, vms: list[str], i: int, vm: str, port: int = COORDINATOR_PORT) -> dict:
+    return {"HARNESS_COORDINATOR": f"{coordinator}:{port}", "HARNESS_NUM_PROCESSES": str(len(vms)),
+            "HARNESS_PROCESS_ID": str(i), "HARNESS_LOCAL_DEVICES": str(request["devices_per_host"]),
+            "JAX_PLATFORMS": request.get("platform", "cpu"),
+            "HARNESS_HEARTBEAT_S": str(request.get("heartbeat_s", 30)),
+            # On GPUs, NCCL must see separate hosts, or it would bypass the link through shared memory.
+            "NCCL_HOSTID": vm, "NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1"}
+
+
+class Driver:
+    def __init__(self):
+        self.groups: dict[str, tuple] = {}  # name -> (placement group, vms, actors)
+        self.opened = 0  # each multi-VM group gets its own coordinator port
+
+    def pinned(self, vms: list[str], gpus: int = 0):
+        # A sliver of the VM's own resource (each node has 1): it pins the actor to the VM and
+        # leaves room for the other actors placed there (a single-VM group next to a two-VM one).
+        # With GPUs, the actor holds the VM's GPUs, and Ray sets CUDA_VISIBLE_DEVICES for its worker.
+        extra = {"GPU": gpus} if gpus else {}
+        group = placement_group([{"CPU": 1, vm: PIN, **extra} for vm in vms], strategy="STRICT_SPREAD")
+        ray.get(group.ready(), timeout=120)
+        actors = [VMWorker.options(resources={vm: PIN}, num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            group, placement_group_bundle_index=i)).remote() for i, vm in enumerate(vms)]
+        return group, actors
+
+    def handle(self, request: dict):
+        do = request["do"]
+        if do == "nodes":
+            return [{"address": n["NodeManagerAddress"], "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]
+        if do == "call":
+            _, vms, actors = self.groups[request["group"]]
+            for a in actors:  # every process gets the request before any waits for the others
+                ray.get(a.send.remote(request["request"]))
+            return dict(zip(vms, ray.get([a.answer.remote(request.get("timeout", 900)) for a in actors])))
+        if do == "close":
+            group, _, actors = self.groups.pop(request["group"])
+            ray.get([a.close.remote() for a in actors])
+            remove_placement_group(group)
+            return {}
+        vms = request.get("vms") or request["all_vms"]
+        if do == "rtt":
+            vms = [request["a"], request["b"]]
+        gpus = request["devices_per_host"] if do in ("open", "train") and request.get("platform") == "gpu" else 0
+        group, actors = self.pinned(vms, gpus)
+        addresses = ray.get([a.address.remote() for a in actors])
+        if do == "open":
+            self.opened += 1
+            port = COORDINATOR_PORT + self.opened
+            ray.get([a.open.remote(env_for(request, addresses[0], vms, i, vm, port)) for i, (a, vm) in enumerate(zip(actors, vms))])
+            self.groups[request["group"]] = (group, vms, actors)
+            return {}
+        try:
+            if do == "where":
+                return dict(zip(vms, addresses))
+            if do == "rtt":
+                ray.get(actors[1].echo.remote())
+                rtts = ray.get(actors[0].ping.remote(addresses[1], request.get("count", 20)))
+                return statistics.median(rtts)
+            if do == "train":
+                return dict(zip(vms, ray.get([a.train.remote(request["jobs"], env_for(request, addresses[0], vms, i, vm),
+                                                             request.get("timeout", 900))
+                                              for i, (a, vm) in enumerate(zip(actors, vms))])))
+            raise ValueError(f"unknown request {do!r}")
+        finally:
+            for a in actors:
+                ray.kill(a)
+            remove_placement_group(group)
+
+    def close(self) -> None:
+        for name in list(self.groups):
+            self.handle({"do": "close", "group": name})
+
 
 def main() -> None:
-    request = json.load(sys.stdin)
-    ray.init(address=request["address"], logging_level="ERROR", log_to_driver=False)
-    try:
-        print(json.dumps(handle(request)))
-    finally:
+    driver = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        if driver is None:
+            ray.init(address=request["address"], logging_level="ERROR", log_to_driver=False)
+            driver = Driver()
+        try:
+            answer = driver.handle(request)
+        except Exception as e:  # the caller decides what a failed request means
+            text = str(e).strip().splitlines()
+            answer = {"error": f"{type(e).__name__}: {text[-1] if text else ''}"}
+        print(json.dumps(answer), flush=True)
+    if driver is not None:
+        driver.close()
         ray.shutdown()
-
-
-def handle(request: dict):
-    if request["do"] == "nodes":
-        return [{"address": n["NodeManagerAddress"], "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]
-    vms = request["vms"]
-    group = placement_group([{"CPU": 1, vm: 1} for vm in vms], strategy="STRICT_SPREAD")
-    ray.get(group.ready(), timeout=120)
-    try:
-        actors = [VMWorker.options(resources={vm: 1}, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            group, placement_group_bundle_index=i)).remote() for i, vm in enumerate(vms)]
-        if request["do"] == "where":
-            return dict(zip(vms, ray.get([a.address.remote() for a in actors])))
-        coordinator = f"{request['addresses'][vms[0]]}:{COORDINATOR_PORT}"
-        envs = [{"HARNESS_COORDINATOR": coordinator, "HARNESS_NUM_PROCESSES": str(len(vms)),
-                 "HARNESS_PROCESS_ID": str(i), "HARNESS_LOCAL_DEVICES": str(request["devices_per_host"]),
-                 "JAX_PLATFORMS": request.get("platform", "cpu"),
-                 "HARNESS_HEARTBEAT_S": str(request.get("heartbeat_s", 30)),
-                 # On GPUs, NCCL must see separate hosts, or it would bypass the link through shared memory.
-                 "NCCL_HOSTID": vm, "NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1"}
-                for i, vm in enumerate(vms)]
-        results = ray.get([a.train.remote(request["jobs"], env, request.get("timeout", 900))
-                           for a, env in zip(actors, envs)])
-        return dict(zip(vms, results))
-    finally:
-        remove_placement_group(group)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""`python -m harness reproduce`: every trial and claim on the emulated Table I slices, and the report.
+
+It runs the claims suite (tests_cpu/test_claims.py) with pytest, so the report and the tests are
+one and the same judgement: pytest's progress goes to stderr; reports/<run id>/ gets
+results.jsonl, benchmark.json (pytest-benchmark), claims.md, claims.json and the figures. Then the
+run is compared with the committed baseline of its mode (reports/baselines/<mode>/), if there is one.
+"""
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import compare, slices
+from harness.errors import BadInput
+
+HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT / "tests_cpu" / "test_claims.py"
+MODES = {
+    # --quick: the two slices that span the paper's regimes, 3 timed steps per trial (about 8 minutes here).
+    "quick": {"slices": "quick", "repeats": 3, "memory_models": "gpt2m,gpt2L"},
+    # full: all five Table I slices, 5 timed steps per trial, all three paper models for memory.
+    "full": {"slices": "all", "repeats": 5, "memory_models": "gpt2m,gpt2l,gpt2L"},
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true",
+                   help="two slices (TACC-TACC, UTAH-GPN) and 3 repeats: about 8 minutes on a 2-core machine "
+                        "(default: all five Table I slices, 5 repeats: about 40 minutes)")
+    p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
+                   help="run the claims on this slice instead (repeatable): a Table I name or your own slice file")
+    p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
+    p.add_argument("--out", default=str(ROOT / "reports"), metavar="DIR", help="parent of the run folder (default: reports/)")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="baseline run folder to compare with (default: reports/baselines/<quick|full>/ when present)")
+    p.add_argument("--threshold", type=float, default=compare.THRESHOLD,
+                   help="slowdown of a trial's median step time that counts as a regression (default: %(default)s = +50%%)")
+
+
+def run(args) -> tuple[int, dict]:
+    mode = "quick" if args.quick else "full"
+    settings = dict(MODES[mode])
+    if args.slice:
+        settings["slices"] = ",".join(str(Path(s).resolve()) if Path(s).is_file() else s for s in args.slice)
+        for s in args.slice:
+            slices.load(s)  # a bad slice file fails here, with the field named
+    from harness.config import model_config
+
+    model_config(args.model)
+    if not SUITE.is_file():
+        raise BadInput(f"the claims suite {SUITE} is missing: run reproduce from a checkout of the project")
+    run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{mode}"
+    out = Path(args.out) / run_id
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-v", "--no-header",
+            "--claims-slices", settings["slices"], "--trial-repeats", str(settings["repeats"]),
+            "--trial-model", args.model, "--memory-models", settings["memory_models"],
+            "--report-dir", str(out), "--benchmark-json", str(out / "benchmark.json"),
+            "--benchmark-columns", "median,min,max,rounds"]
+    print(f"reproduce ({mode}): {' '.join(argv[3:5])} -> {out}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    status = _pytest(argv)
+    wall = time.perf_counter() - start
+    result = {"run_id": run_id, "mode": mode, "report_dir": str(out), "pytest_exit_status": status,
+              "wall_s": round(wall, 1), "files": sorted(p.name for p in out.iterdir())}
+    claims_file = out / "claims.json"
+    result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
+    baseline = Path(args.baseline) if args.baseline else ROOT / "reports" / "baselines" / mode
+    if (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
+        result["comparison"] = compare.compare(baseline, out, args.threshold)
+    if not args.json:
+        print(summary(result))
+    return (status if status in (0, 1) else 1), result
+
+
+def _pytest(argv: list[str]) -> int:
+    """pytest in a child process with its output on our stderr; Ctrl-C (or SIGTERM) is passed on so
+    that its fixtures tear the emulated slice down, and we wait for that."""
+    proc = subprocess.Popen(argv, stdout=sys.stderr, cwd=ROOT, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        raise
+
+
+def summary(result: dict) -> str:
+    lines = [f"run {result['run_id']}: {result['wall_s']:.0f} s, report in {result['report_dir']}/claims.md"]
+    lines += [f"  {v['part']:18} {v['status']}" + (" (declared: this backend cannot show it)" if v.get("deviation") else "")
+              for v in result["verdicts"]]
+    if "comparison" in result:
+        lines.append(compare.summary(result["comparison"]))
+    return "\n".join(lines)

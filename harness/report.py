@@ -1,0 +1,133 @@
+"""The report of a claims run: reports/<run id>/ with results.jsonl, claims.md, claims.json and figures.
+
+claims.md reads like the paper's results: per claim part, the verdict and its evidence; per slice,
+a table of training time and TFLOP/s per technique for all GPUs and for one VM (x for a failure),
+as the paper's Figs. 3-7; and time against RTT per technique (the paper's Table II as a chart).
+"""
+import json
+import math
+from pathlib import Path
+
+from harness import claims, records
+
+STATUS_MARK = {"holds": "holds", "within noise": "holds within noise", "not shown": "not shown",
+               "contradicted": "CONTRADICTED"}
+TECHNIQUES = ("Data", "ZeRO2", "Shard", "Pipeshard")
+
+
+def write(out: Path, trial_records: list[dict], memory_records: list[dict], verdicts: list[dict],
+          context: dict) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.jsonl", "w") as f:
+        for r in trial_records + memory_records:
+            f.write(records.dumps(r) + "\n")
+    (out / "claims.json").write_text(json.dumps({"context": context, "verdicts": verdicts}, indent=1))
+    figures = draw(out, trial_records)
+    (out / "claims.md").write_text(markdown(trial_records, memory_records, verdicts, context, figures))
+    return [out / "results.jsonl", out / "claims.json", out / "claims.md", *figures]
+
+
+def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
+    lines = ["# Claims of the paper, checked", ""]
+    lines += [f"- {k}: {v}" for k, v in context.items()]
+    lines += ["", "| part | paper says | verdict |", "|---|---|---|"]
+    lines += [f"| {v['part']} | {v['statement']} | {STATUS_MARK[v['status']]}"
+              + (" (a declared limit of this backend, see below)" if v.get("deviation") else "") + " |"
+              for v in verdicts]
+    lines += ["", "## Evidence", ""]
+    for v in verdicts:
+        lines += [f"### {v['part']}: {STATUS_MARK[v['status']]}", "", v["statement"], ""]
+        lines += [f"- {e}" for e in v["evidence"]]
+        if v.get("deviation"):
+            lines += [f"- declared limit of this backend (when it does not hold here, this is why): {v['deviation']}"]
+        lines.append("")
+    table = claims.Table(trial_records)
+    lines += ["## Trials per slice (time per epoch of the corpus; TFLOP/s per device by Alpa's formula)", ""]
+    for s in sorted({k[1] for k in table.index}, key=lambda s: (claims.rtt(table, s), s)):
+        lines += [f"### {s} (measured RTT {claims.rtt(table, s):.1f} ms)", "",
+                  "| technique | all VMs: s/epoch | TFLOP/s | " + " | ".join(f"{vm} alone: s/epoch | TFLOP/s"
+                                                                      for vm in table.one_vm(s)) + " |",
+                  "|---|---|---|" + "---|---|" * len(table.one_vm(s))]
+        for tech in TECHNIQUES:
+            cells = [cell(table.get(tech, s))] + [cell(table.get(tech, s, vm)) for vm in table.one_vm(s)]
+            lines.append(f"| {tech} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if memory_records:
+        lines += ["## Memory at paper scale (compile-only analysis, GB per GPU; x = out of memory)", "",
+                  "| model | slice | VMs | " + " | ".join(TECHNIQUES) + " |", "|---|---|---|" + "---|" * 4]
+        mem = claims.MemoryTable(memory_records)
+        for model, s, vms in sorted(mem.placements()):
+            row = []
+            for tech in TECHNIQUES:
+                r = mem.index.get((model, tech, s, vms))
+                need = r and r["memory"]["bytes_per_device"]
+                row.append("" if r is None else (f"{need / 1e9:.1f}" if need else "") + ("" if r["status"] == "ok" else " x"))
+            lines.append(f"| {model} | {s} | {'+'.join(vms)} | " + " | ".join(row) + " |")
+        lines.append("")
+    if figures:
+        lines += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
+    return "\n".join(lines)
+
+
+def cell(r: dict | None) -> str:
+    if r is None:
+        return " | "
+    if r["status"] != "ok":
+        return f"x ({r['status']}) | x"
+    return f"{r['timing']['epoch_time_s']:.4g} | {r['throughput']['tflops_alpa']:.3g}"
+
+
+def draw(out: Path, trial_records: list[dict]) -> list[Path]:
+    """PNG figures: per slice, time and TFLOP/s per technique (all VMs, one VM); time vs RTT."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = claims.Table(trial_records)
+    names = sorted({k[1] for k in table.index}, key=lambda s: (claims.rtt(table, s), s))
+    paths = []
+    for s in names:
+        placements = [("all VMs", claims.ALL)] + [(f"{vm} alone", vm) for vm in table.one_vm(s)]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        width = 0.8 / len(placements)
+        for metric, ax in zip(("epoch", "tflops"), axes):
+            for i, (label, vms) in enumerate(placements):
+                xs = [j + i * width for j in range(len(TECHNIQUES))]
+                values = [value(table.get(t, s, vms), metric) for t in TECHNIQUES]
+                ax.bar(xs, [0 if math.isnan(v) else v for v in values], width, label=label)
+                for x, v in zip(xs, values):
+                    if math.isnan(v):
+                        ax.text(x, 0, "x", ha="center", va="bottom", color="red", fontsize=14, fontweight="bold")
+            ax.set_xticks([j + width * (len(placements) - 1) / 2 for j in range(len(TECHNIQUES))], TECHNIQUES)
+            ax.set_ylabel("seconds per epoch" if metric == "epoch" else "TFLOP/s per device (Alpa)")
+            ax.legend(fontsize=8)
+        fig.suptitle(f"{s}: RTT {claims.rtt(table, s):.1f} ms (x = failed trial)")
+        fig.tight_layout()
+        path = out / f"slice-{s}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    if len(names) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for t in TECHNIQUES:
+            pts = [(claims.rtt(table, s), value(table.get(t, s), "epoch")) for s in names]
+            pts = [(x, y) for x, y in pts if not math.isnan(y)]
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=t)
+        ax.set_xlabel("measured RTT between VMs (ms)")
+        ax.set_ylabel("seconds per epoch, all VMs")
+        ax.set_yscale("log")
+        ax.set_title("Training time vs RTT (the paper's Table II)")
+        ax.legend()
+        fig.tight_layout()
+        path = out / "time-vs-rtt.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def value(r: dict | None, metric: str) -> float:
+    if r is None or r["status"] != "ok":
+        return math.nan
+    return r["timing"]["epoch_time_s"] if metric == "epoch" else r["throughput"]["tflops_alpa"]

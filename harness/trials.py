@@ -1,0 +1,262 @@
+"""Trials: one technique on one slice, on all its VMs or on one, trained for a short budget and timed.
+
+A trial runs real training steps through the harness of the earlier layers: Ray actors pinned one
+per VM start `harness.worker --serve`, which brings up jax.distributed and keeps each technique's
+compiled step alive. The cluster is either
+- emulated (emulated()): a slice's VMs as network namespaces joined by the delay link, one Ray node
+  each. The slices of one run differ only in their RTTs (Table I: two VMs of two GPUs each), so one
+  cluster serves them all: before a slice's trials the link is set to that slice's RTTs, and every
+  compiled step is reused across the sweep;
+- live (live()): a running Ray cluster on real VMs, described by an inventory; RTTs are measured.
+
+Per trial: `warmup_steps` untimed steps, then `repeats` timed steps, one at a time, so that a caller
+(pytest-benchmark's pedantic mode) can time each round. The record keeps every step time; its
+median is the trial's step time, its spread the noise the claims weigh differences against. A
+trial that cannot be built or fails mid-way is a record with status oom or error (the paper's x).
+"""
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+
+from harness import data, train
+from harness.config import TrainConfig, model_config
+from harness.emulation.network import EmulatedNetwork
+from harness.emulation.ray_cluster import Driver, DriverError, RayCluster
+from harness.errors import BadInput
+from harness.jobs import Job
+from harness.slices import Slice
+from harness.techniques import TECHNIQUES
+
+ALL_VMS = "all"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every trial trains: the scale model by default (DESIGN.md section 4)."""
+    model: str = "scale-small"
+    batch_per_gpu: int = 2
+    micro_batches: int = 2
+    warmup_steps: int = 1
+    repeats: int = 3
+
+    def __post_init__(self):
+        model_config(self.model)  # names the bad model before anything starts
+        for name in ("batch_per_gpu", "micro_batches", "repeats"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"trial budget: {name} must be positive, got {getattr(self, name)}")
+        if self.repeats < 3:
+            raise BadInput(f"trial budget: repeats must be at least 3 for timed comparisons, got {self.repeats}")
+
+
+@dataclass(frozen=True)
+class Trial:
+    technique: str
+    slice: str
+    vms: str  # ALL_VMS, or the name of the one VM used
+
+    @property
+    def label(self) -> str:
+        return f"{self.technique}-{self.slice}-{'4gpu' if self.vms == ALL_VMS else self.vms}"
+
+
+def trials_for(sl: Slice, one_vm: list[str] | None = None) -> list[Trial]:
+    """Every technique on all VMs, and on each VM of one_vm alone (default: every VM)."""
+    one_vm = [vm.name for vm in sl.vms] if one_vm is None else one_vm
+    return ([Trial(t, sl.name, ALL_VMS) for t in TECHNIQUES]
+            + [Trial(t, sl.name, vm) for vm in one_vm for t in TECHNIQUES])
+
+
+@dataclass
+class Running:
+    """A trial whose step is compiled and whose network is set: step() runs one timed round."""
+    runner: "Runner"
+    trial: Trial
+    key: str
+    group: str
+    info: dict = field(default_factory=dict)  # compile time, plan, bytes from the build
+    losses: list = field(default_factory=list)
+    step_times_s: list = field(default_factory=list)
+    status: str = "ok"
+    reason: str | None = None
+
+    def steps(self, n: int) -> list[float]:
+        answers = self.runner.call(self.group, {"do": "steps", "key": self.key, "n": n})
+        first = answers[next(iter(answers))]  # process 0 (VM1) times the step, as Alpa's driver did
+        self.losses += first["losses"]
+        self.step_times_s += first["step_times_s"]
+        return first["step_times_s"]
+
+    def step(self) -> float:
+        return self.steps(1)[0]
+
+    def fail(self, status: str, reason: str) -> None:
+        self.status, self.reason = status, reason
+
+    def record(self) -> dict:
+        return self.runner.record(self)
+
+
+class TrialFailed(RuntimeError):
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class Runner:
+    """Runs trials on one Ray cluster; see emulated() and live() for how one is made."""
+
+    def __init__(self, driver: Driver, slices: list[Slice], budget: Budget, devices_per_host: int,
+                 network: EmulatedNetwork | None = None, platform: str = "cpu", step_timeout_s: float = 600):
+        self.driver, self.budget, self.network, self.platform = driver, budget, network, platform
+        self.slices = {sl.name: sl for sl in slices}
+        self.devices_per_host, self.step_timeout_s = devices_per_host, step_timeout_s
+        self.model_cfg = model_config(budget.model)
+        self.groups: dict[tuple, str] = {}  # VMs -> worker group
+        self.built: dict[tuple, dict | TrialFailed] = {}  # (VMs, technique) -> build answer or failure
+        self.rtt_ms: dict[str, float] = {}  # measured, per slice
+        self.current_slice: str | None = None
+        self.corpus = data.load_corpus()
+
+    # -- what a trial is made of --------------------------------------------------------------
+    def vms_of(self, trial: Trial) -> list[str]:
+        sl = self.slices[trial.slice]
+        return [vm.name for vm in sl.vms] if trial.vms == ALL_VMS else [trial.vms]
+
+    def shape(self, trial: Trial) -> tuple[int, int]:
+        """(hosts, devices per host) of the technique's mesh. On one VM, Pipeshard's stages are the
+        VM's GPUs (Alpa's 1x1 submeshes), everything else uses the VM's GPUs as one mesh."""
+        hosts = len(self.vms_of(trial))
+        if hosts == 1 and trial.technique == "Pipeshard":
+            return self.devices_per_host, 1
+        return hosts, self.devices_per_host
+
+    def train_config(self, trial: Trial) -> TrainConfig:
+        n = len(self.vms_of(trial)) * self.devices_per_host
+        return TrainConfig(batch_size=self.budget.batch_per_gpu * n)
+
+    def job(self, trial: Trial) -> Job:
+        hosts, devices = self.shape(trial)
+        return Job(trial.technique, dataclasses.asdict(self.model_cfg), hosts, devices,
+                   train=dataclasses.asdict(self.train_config(trial)),
+                   options={"micro_batches": self.budget.micro_batches})
+
+    # -- running ------------------------------------------------------------------------------
+    def prepare(self, trial: Trial) -> Running:
+        """Compile (once per technique and set of VMs) and set the network for this trial's slice."""
+        if trial.slice not in self.slices:
+            raise BadInput(f"trial {trial.label}: slice {trial.slice!r} is not one of this run's "
+                           f"({', '.join(self.slices)})")
+        vms = tuple(self.vms_of(trial))
+        group = self._group(vms)
+        key = trial.technique
+        running = Running(self, trial, key, group)
+        if (vms, key) not in self.built:
+            budget = 10_000  # open-ended: the optimizer schedule must not end within a sweep
+            try:
+                self.built[(vms, key)] = self.call(group, {"do": "build", "key": key, "job": self.job(trial).to_dict(),
+                                                           "budget_steps": budget})[vms[0]]
+            except TrialFailed as e:
+                self.built[(vms, key)] = e
+        built = self.built[(vms, key)]
+        if isinstance(built, TrialFailed):
+            running.fail(built.status, built.reason)
+            return running
+        running.info = built
+        if len(vms) > 1:
+            self._use_slice(trial.slice)
+        try:
+            running.steps(self.budget.warmup_steps)  # after a change of RTT too: TCP settles first
+        except TrialFailed as e:
+            running.fail(e.status, e.reason)
+        running.losses, running.step_times_s = [], []
+        return running
+
+    def measure(self, trial: Trial) -> dict:
+        """Prepare and time one trial without pytest-benchmark: its record."""
+        running = self.prepare(trial)
+        if running.status == "ok":
+            try:
+                for _ in range(self.budget.repeats):
+                    running.step()
+            except TrialFailed as e:
+                running.fail(e.status, e.reason)
+        return running.record()
+
+    def call(self, group: str, request: dict) -> dict:
+        """A request to every worker of a group: their answers by VM, or TrialFailed. A group whose
+        workers died (a crash, a link down past the heartbeat) is dropped and reopened when next used."""
+        try:
+            answers = self.driver.request({"do": "call", "group": group, "timeout": self.step_timeout_s,
+                                           "request": request})
+        except DriverError as e:
+            vms = next(v for v, g in self.groups.items() if g == group)
+            self.groups.pop(vms)
+            self.built = {k: v for k, v in self.built.items() if k[0] != vms}
+            with contextlib.suppress(DriverError):
+                self.driver.request({"do": "close", "group": group})
+            raise TrialFailed("error", str(e)) from None
+        problem = next((a["error"] for a in answers.values() if "error" in a), None)
+        if problem:
+            raise TrialFailed(*problem)
+        return answers
+
+    def _group(self, vms: tuple) -> str:
+        if vms not in self.groups:
+            name = "+".join(vms)
+            self.driver.request({"do": "open", "group": name, "vms": list(vms),
+                                 "devices_per_host": self.devices_per_host, "platform": self.platform})
+            self.groups[vms] = name
+        return self.groups[vms]
+
+    def _use_slice(self, name: str) -> None:
+        if self.current_slice == name:
+            return
+        sl = self.slices[name]
+        if self.network is not None:
+            self.network.use_slice(sl)
+        first, last = sl.vms[0].name, sl.vms[-1].name
+        self.rtt_ms[name] = self.driver.request({"do": "rtt", "a": first, "b": last})
+        self.current_slice = name
+
+    # -- the record -----------------------------------------------------------------------------
+    def record(self, running: Running) -> dict:
+        trial = running.trial
+        vms = self.vms_of(trial)
+        cfg = self.train_config(trial)
+        packed = data.prepare(self.model_cfg.vocab_size, cfg.resolved_seq_len(self.model_cfg), cfg.batch_size,
+                              self.corpus)
+        run = train.TrainRun(len(running.step_times_s), losses=running.losses, step_times_s=running.step_times_s,
+                             compile_s=running.info.get("compile_s"), excluded_steps=0)  # warm-up already dropped
+        crosses = len(vms) > 1
+        mechanism = (self.network.mechanism if self.network else "live") if crosses else None
+        record = train.to_record(
+            self.model_cfg, cfg, packed, run if running.step_times_s else None,
+            status=running.status, reason=running.reason, technique=trial.technique,
+            micro_batches=self.budget.micro_batches, plan=running.info.get("description"),
+            cluster={"slice": trial.slice, "vms_used": vms, "hosts": len(vms),
+                     "devices_per_host": self.devices_per_host,
+                     "network": {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None}},
+            memory={"bytes_per_device": running.info.get("bytes_per_device"),
+                    "source": "xla-memory-analysis of the compiled step" if running.info else None})
+        return record
+
+
+@contextlib.contextmanager
+def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu"):
+    """One emulated cluster for slices that share a shape (VM names and GPUs per VM); on platform
+    gpu each emulated VM gets its own GPUs of this machine."""
+    base = slices[0]
+    for sl in slices[1:]:
+        if [(vm.name, vm.gpus) for vm in sl.vms] != [(vm.name, vm.gpus) for vm in base.vms]:
+            raise BadInput(f"slice {sl.name} ({sl.source}): one emulated run needs slices with the same VMs "
+                           f"and GPUs per VM as {base.name}")
+    with EmulatedNetwork(base, cpu_only=platform == "cpu") as net, RayCluster(net) as cluster, \
+            cluster.driver() as driver:
+        yield Runner(driver, slices, budget, base.gpus_per_vm, network=net, platform=platform)
+
+
+@contextlib.contextmanager
+def live(sl: Slice, ray_address: str, budget: Budget, platform: str = "gpu"):
+    """A running Ray cluster on the VMs of slice `sl`; this machine must be one of its nodes."""
+    with Driver([], ray_address, [vm.name for vm in sl.vms]) as driver:
+        yield Runner(driver, [sl], budget, sl.gpus_per_vm, platform=platform)
