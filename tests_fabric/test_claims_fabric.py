@@ -24,7 +24,9 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("trial", wanted, ids=[t.label if t else "no-inventory" for t in wanted])
 
 
-@pytest.fixture(scope="session")
+# Module scope: the cluster is torn down when this module's tests are done, not held (with its
+# Ray processes and workers) through the rest of the session, where it would disturb other timings.
+@pytest.fixture(scope="module")
 def runner(pytestconfig, live_slice):
     sl, address, platform = live_slice
     with trials.live(sl, address, claims_plugin.budget(pytestconfig), platform) as r:

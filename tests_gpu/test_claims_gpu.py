@@ -17,7 +17,9 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("trial", wanted, ids=[t.label for t in wanted])
 
 
-@pytest.fixture(scope="session")
+# Module scope: the cluster is torn down when this module's tests are done, not held (with its
+# Ray processes and workers) through the rest of the session, where it would disturb other timings.
+@pytest.fixture(scope="module")
 def runner(pytestconfig):
     import jax
 
