@@ -202,7 +202,7 @@ def c5_more_gpus(t: Table) -> Verdict:
     for s in two_site(t):
         for vm in t.one_vm(s):
             r = t.get("Data", s, vm)
-            if r is not None and t.gpus.get((s, vm), "RTX6000") == "RTX6000":
+            if r is not None and t.gpus.get((s, vm)) in (None, "RTX6000"):  # None: GPU type not known
                 results.append(faster(r, t.get("Pipeshard", s), f"{s}: Data on {vm} alone vs Pipeshard on all GPUs"))
     statement = "More GPUs is not always faster: Data on 2 RTX in one VM beats Pipeshard on 4 GPUs over two VMs."
     if any(s == "holds" for s, _ in results):

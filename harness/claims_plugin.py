@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import claims, memory, report, slices, trials
+from harness import claims, memory, records, report, slices, trials
 from harness.config import model_config
 
 QUICK_SLICES = ("TACC-TACC", "UTAH-GPN")  # one single-site slice and the nearest two-site one
@@ -34,6 +34,14 @@ def pytest_addoption(parser):
                 help="paper-scale models for the memory claims (default: %(default)s)")
     g.addoption("--report-dir", default=os.environ.get(REPORT_ENV), metavar="DIR",
                 help=f"write results.jsonl, claims.md and figures here when the session ends (or set {REPORT_ENV})")
+
+
+def pytest_generate_tests(metafunc):
+    """A test that takes `trial` runs once per trial of its module's wanted_trials(config)
+    (default: trial_list, the emulated slices')."""
+    if "trial" in metafunc.fixturenames:
+        wanted = getattr(metafunc.module, "wanted_trials", trial_list)(metafunc.config)
+        metafunc.parametrize("trial", wanted or [None], ids=[t.label for t in wanted] or ["no-trials"])
 
 
 def claim_slices(config) -> list[slices.Slice]:
@@ -88,13 +96,19 @@ def claims_log(pytestconfig):
 
 # -- test bodies ---------------------------------------------------------------------------------
 def run_trial(trial: trials.Trial, runner: trials.Runner, benchmark, log: ClaimsLog) -> dict:
-    """One trial, each timed step a pytest-benchmark round; the record goes to the log."""
-    running = runner.prepare(trial)
-    if running.status == "ok":
-        try:
+    """One trial, each timed step a pytest-benchmark round; the record goes to the log, also when
+    the trial fails or the user interrupts it (then recorded as such, and the interrupt goes on)."""
+    running = trials.Running(runner, trial, trial.technique, group="")
+    try:
+        running = runner.prepare(trial)
+        if running.status == "ok":
             benchmark.pedantic(running.step, rounds=runner.budget.repeats, iterations=1)
-        except trials.TrialFailed as e:
-            running.fail(e.status, e.reason)
+    except trials.TrialFailed as e:
+        running.fail(e.status, e.reason)
+    except KeyboardInterrupt as e:
+        running.fail(*records.failure(e))
+        log.trials[trial] = running.record()
+        raise
     record = running.record()
     log.trials[trial] = record
     benchmark.extra_info.update(

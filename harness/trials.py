@@ -229,7 +229,7 @@ class Runner:
                              compile_s=running.info.get("compile_s"), excluded_steps=0)  # warm-up already dropped
         crosses = len(vms) > 1
         mechanism = (self.network.mechanism if self.network else "live") if crosses else None
-        record = train.to_record(
+        return train.to_record(
             self.model_cfg, cfg, packed, run if running.step_times_s else None,
             status=running.status, reason=running.reason, technique=trial.technique,
             micro_batches=self.budget.micro_batches, plan=running.info.get("description"),
@@ -238,7 +238,6 @@ class Runner:
                      "network": {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None}},
             memory={"bytes_per_device": running.info.get("bytes_per_device"),
                     "source": "xla-memory-analysis of the compiled step" if running.info else None})
-        return record
 
 
 @contextlib.contextmanager

@@ -30,12 +30,6 @@ DEVIATIONS = {
 }
 
 
-def pytest_generate_tests(metafunc):
-    if "trial" in metafunc.fixturenames:
-        wanted = trial_list(metafunc.config)
-        metafunc.parametrize("trial", wanted, ids=[t.label for t in wanted])
-
-
 # Module scope: the cluster is torn down when this module's tests are done, not held (with its
 # Ray processes and workers) through the rest of the session, where it would disturb other timings.
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from harness.emulation import netns
 from harness.emulation.network import EmulatedNetwork, measure_rtt, measure_throughput, tcp_window_bytes
 from harness.emulation.ray_cluster import RayCluster
 from harness.jobs import Job
+from leaks import back_to, leftovers
 from techniques_setup import MODEL, TRAIN
 
 MISSING = netns.missing_privileges()
@@ -123,16 +124,6 @@ def test_link_down_mid_trial_fails_clearly_within_heartbeat_plus_15_s():
 
 # ---- teardown ----
 
-def leftovers() -> dict:
-    """What the suite may have started: its namespaces, their scratch dirs, relays and Ray daemons."""
-    ps = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout.splitlines()
-    live = [line.split(None, 1)[1] for line in ps if not line.startswith("Z") and len(line.split(None, 1)) > 1]
-    count = lambda word: sum(word in p for p in live)
-    return {"namespaces": set(netns.ours()), "scratch": {p.name for p in Path("/tmp").glob(f"{netns.PREFIX}*")},
-            "relays": count("harness.emulation.delaylink"), "raylets": count("raylet"),
-            "gcs": count("gcs_server")}
-
-
 BRING_UP = """
 import sys, time
 from harness import slices
@@ -148,13 +139,6 @@ def start_slice_process():
     proc = subprocess.Popen([sys.executable, "-c", BRING_UP], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "up"
     return proc
-
-
-def back_to(before: dict, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while (now := leftovers()) != before and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return now
 
 
 def test_ctrl_c_in_the_middle_leaves_nothing_behind(net, ray_cluster):

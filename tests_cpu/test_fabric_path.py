@@ -1,9 +1,13 @@
 """The live-slice suite (tests_fabric) runs unchanged against an emulated slice posing as a live one.
 
-The emulated UTAH-GPN slice (namespaces, delay link, a Ray node per VM) is described only by an
+An emulated two-site slice (namespaces, delay link, a Ray node per VM) is described only by an
 inventory file, and pytest runs on its VM1, as a user runs it on a live slice's VM1. The fabric
-suite must find the cluster, run every trial through it and measure the RTT itself.
+suite must find the cluster, run trials on both VMs and on each VM alone, and measure the RTT
+itself. What is checked is the path, not the claims (test_claims.py judges those), so the link is
+short (2 ms) and Data stands for all four techniques: the path does not depend on the technique,
+and each set of VMs costs its own worker start-up (about 20 s each on this 2-core machine).
 """
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -12,9 +16,10 @@ import pytest
 from harness import records, slices
 from harness.emulation import netns
 from harness.emulation.network import EmulatedNetwork
-from harness.emulation.ray_cluster import RayCluster, taskset
+from harness.emulation.ray_cluster import RayCluster
 
 ROOT = Path(__file__).resolve().parents[1]
+RTT_MS = 2.0
 
 
 def inventory_text(sl, address: str) -> str:
@@ -28,23 +33,24 @@ def test_fabric_suite_on_an_emulated_slice_posing_as_live(tmp_path):
     problem = netns.missing_privileges()
     if problem:
         pytest.skip(f"cannot emulate slices here: {problem}")
-    sl = slices.load("UTAH-GPN")
+    sl = dataclasses.replace(slices.load("UTAH-GPN"), rtt_ms=RTT_MS)
     report = tmp_path / "report"
     with EmulatedNetwork(sl) as net, RayCluster(net) as cluster:
         inv = tmp_path / "inventory.toml"
         inv.write_text(inventory_text(sl, cluster.address))
         # The claims themselves are judged in test_claims.py; here the path matters: trials, records, RTT.
-        result = net.run("vm1", [*taskset(cluster.cores["vm1"]), sys.executable, "-m", "pytest", "tests_fabric",
-                                 "-m", "fabric", "-k", "not test_claim", "-p", "no:cacheprovider", "-q",
+        result = net.run("vm1", [sys.executable, "-m", "pytest", "tests_fabric", "-m", "fabric", "-p", "no:cacheprovider",
+                                 "-q", "-k", "test_ray_cluster or (test_trial and Data)",
                                  "--slice-inventory", str(inv), "--trial-model", "scale-tiny",
                                  "--report-dir", str(report)],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "4 passed" in result.stdout, result.stdout[-3000:]  # 3 trials and the cluster check, none skipped
     recs = records.read(report / "results.jsonl")
-    assert len(recs) == 4 * 3  # every technique on both VMs, on vm1 alone and on vm2 alone
+    assert len(recs) == 3  # on both VMs, on vm1 alone and on vm2 alone
     assert all(r["status"] == "ok" and len(r["timing"]["step_times_s"]) == 3 for r in recs)
     both = [r for r in recs if r["cluster"]["hosts"] == 2]
     assert {r["cluster"]["network"]["mechanism"] for r in both} == {"live"}
     for r in both:  # measured by the suite, not read from the inventory (which states no RTT)
-        assert abs(r["cluster"]["network"]["rtt_ms"] - 20.2) <= 0.05 * 20.2 + 0.3
+        assert abs(r["cluster"]["network"]["rtt_ms"] - RTT_MS) <= 0.05 * RTT_MS + 0.3
     assert {tuple(r["cluster"]["vms_used"]) for r in recs} == {("vm1", "vm2"), ("vm1",), ("vm2",)}

@@ -10,18 +10,12 @@ from harness import claims, claims_plugin, inventory, trials
 from harness.claims_plugin import check_claim, ensure_trials, run_trial
 
 
-def live_trials(config) -> list[trials.Trial]:
+def wanted_trials(config) -> list[trials.Trial]:
     path = config.getoption("--slice-inventory")
     if not path:
         return []
     sl, _, _ = inventory.load(path)
     return trials.trials_for(sl)  # every VM alone too: live VMs differ (Algorithm 1 needs both)
-
-
-def pytest_generate_tests(metafunc):
-    if "trial" in metafunc.fixturenames:
-        wanted = live_trials(metafunc.config) or [None]
-        metafunc.parametrize("trial", wanted, ids=[t.label if t else "no-inventory" for t in wanted])
 
 
 # Module scope: the cluster is torn down when this module's tests are done, not held (with its
@@ -39,5 +33,5 @@ def test_trial(trial, runner, benchmark, claims_log):
 
 @pytest.mark.parametrize("claim", claims.TIMED_CLAIMS, ids=lambda c: c.__name__)
 def test_claim(claim, runner, claims_log, pytestconfig, live_slice):
-    table = claims.Table(ensure_trials(runner, claims_log, live_trials(pytestconfig)), [live_slice[0]])
+    table = claims.Table(ensure_trials(runner, claims_log, wanted_trials(pytestconfig)), [live_slice[0]])
     check_claim(claim(table), claims_log, {})

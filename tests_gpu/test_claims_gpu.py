@@ -11,12 +11,6 @@ from harness.claims_plugin import check_claim, claim_slices, ensure_trials, run_
 from harness.emulation import netns
 
 
-def pytest_generate_tests(metafunc):
-    if "trial" in metafunc.fixturenames:
-        wanted = trial_list(metafunc.config)
-        metafunc.parametrize("trial", wanted, ids=[t.label for t in wanted])
-
-
 # Module scope: the cluster is torn down when this module's tests are done, not held (with its
 # Ray processes and workers) through the rest of the session, where it would disturb other timings.
 @pytest.fixture(scope="module")

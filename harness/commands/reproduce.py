@@ -76,12 +76,16 @@ def run(args) -> tuple[int, dict]:
         result["comparison"] = compare.compare(baseline, out, args.threshold)
     if not args.json:
         print(summary(result))
-    return (status if status in (0, 1) else 1), result
+    return (status if status in (0, 1, INTERRUPTED) else 1), result
+
+
+INTERRUPTED = 130
 
 
 def _pytest(argv: list[str]) -> int:
-    """pytest in a child process with its output on our stderr; Ctrl-C (or SIGTERM) is passed on so
-    that its fixtures tear the emulated slice down, and we wait for that."""
+    """pytest in a child process with its output on our stderr. Ctrl-C (or SIGTERM) is passed on,
+    so that its fixtures record the interrupted trial, write the report and tear the emulated
+    slice down; we wait for that and return 130."""
     proc = subprocess.Popen(argv, stdout=sys.stderr, cwd=ROOT, start_new_session=True)
     try:
         return proc.wait()
@@ -92,7 +96,7 @@ def _pytest(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        raise
+        return INTERRUPTED
 
 
 def summary(result: dict) -> str:

@@ -3,7 +3,9 @@
 It reads requests on stdin, one JSON object per line, and answers each with one JSON line:
     {"do": "nodes"}                       -> the alive nodes: address and resources
     {"do": "where"}                       -> for each VM, the address its pinned actor sees
-    {"do": "rtt", "a": vm, "b": vm}       -> median RTT in ms between two VMs, measured by their actors
+    {"do": "rtt", "a": vm, "b": vm}       -> RTT in ms between two VMs, measured by their actors: the
+                                             lowest of 20 probes, as ping's min (busy or idle VMs add
+                                             wake-up delays of up to ~1 ms to single probes here)
     {"do": "train", "jobs": [...], "devices_per_host": d, "heartbeat_s": 30}
                                           -> per VM, the results of harness.worker running the jobs
     {"do": "open", "group": g, "vms": [...], "devices_per_host": d}
@@ -21,17 +23,14 @@ import json
 import os
 import selectors
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from harness.emulation import probe
 from harness.launch import describe_failure
 
 COORDINATOR_PORT = 7310
@@ -59,11 +58,19 @@ class VMWorker:
             raise RuntimeError(f"harness.worker on {self.address()} {describe_failure(result.returncode, result.stderr)}")
         return json.loads(result.stdout.strip().splitlines()[-1])
 
+    # The probes run as processes of their own, as `harness emulate` runs them: in a thread of the
+    # actor they would share its interpreter with Ray's threads and read ~0.5 ms high.
     def echo(self) -> None:
-        threading.Thread(target=probe.echo, args=(self.address(), ECHO_PORT), daemon=True).start()
+        self.echo_server = subprocess.Popen([sys.executable, "-m", "harness.emulation.probe", "echo", self.address(),
+                                             str(ECHO_PORT)], stdout=subprocess.PIPE, text=True,
+                                            preexec_fn=_die_with_parent)
+        if self.echo_server.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the echo probe did not start on {self.address()}")
 
     def ping(self, address: str, count: int) -> list[float]:
-        return probe.ping(address, ECHO_PORT, count)
+        out = subprocess.run([sys.executable, "-m", "harness.emulation.probe", "ping", address, str(ECHO_PORT),
+                              str(count)], capture_output=True, text=True, check=True, timeout=120)
+        return json.loads(out.stdout)["rtt_ms"]
 
     def open(self, env: dict) -> None:
         self.log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker never blocks
@@ -152,7 +159,7 @@ class Driver:
             if do == "rtt":
                 ray.get(actors[1].echo.remote())
                 rtts = ray.get(actors[0].ping.remote(addresses[1], request.get("count", 20)))
-                return statistics.median(rtts)
+                return min(rtts)
             if do == "train":
                 return dict(zip(vms, ray.get([a.train.remote(request["jobs"], env_for(request, addresses[0], vms, i, vm),
                                                              request.get("timeout", 900))

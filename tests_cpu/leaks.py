@@ -1,0 +1,25 @@
+"""What the suite may have started, for the tests that check it is all stopped again."""
+import subprocess
+import time
+from pathlib import Path
+
+from harness.emulation import netns
+
+
+def leftovers() -> dict:
+    """Project namespaces, their scratch dirs, relays, Ray daemons, Ray drivers and worker processes."""
+    ps = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout.splitlines()
+    live = [line.split(None, 1)[1] for line in ps if not line.startswith("Z") and len(line.split(None, 1)) > 1]
+    count = lambda word: sum(word in p for p in live)
+    return {"namespaces": set(netns.ours()), "scratch": {p.name for p in Path("/tmp").glob(f"{netns.PREFIX}*")},
+            "relays": count("harness.emulation.delaylink"), "raylets": count("raylet"),
+            "gcs": count("gcs_server"), "drivers": count("harness.emulation.ray_driver"),
+            "workers": count("harness.worker")}
+
+
+def back_to(before: dict, timeout: float = 60) -> dict:
+    """Wait (bounded) until what is running is what ran before; returns what is running."""
+    deadline = time.monotonic() + timeout
+    while (now := leftovers()) != before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return now

@@ -1,0 +1,34 @@
+"""`python -m harness reproduce` interrupted in the middle: the trial is recorded, nothing is left."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import records
+from harness.emulation import netns
+from leaks import back_to, leftovers
+
+
+def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_path):
+    problem = netns.missing_privileges()
+    if problem:
+        pytest.skip(f"cannot emulate slices here: {problem}")
+    before = leftovers()
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "reproduce", "--quick", "--model", "scale-tiny",
+                             "--out", str(tmp_path), "--json"], stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / "stderr.log", "w"), text=True)
+    deadline = time.monotonic() + 300
+    while leftovers()["workers"] <= before["workers"]:  # the first trial's workers are up: mid-run
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-2000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (tmp_path / "stderr.log").read_text()[-2000:]
+    doc = json.loads(out)  # still exactly one JSON document
+    recs = records.read(Path(doc["report_dir"]) / "results.jsonl")
+    assert (recs[-1]["status"], recs[-1]["reason"]) == ("error", "interrupted by the user")
+    assert back_to(before) == before
