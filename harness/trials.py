@@ -73,6 +73,7 @@ class Running:
     trial: Trial
     key: str
     group: str
+    vms: tuple = ()
     info: dict = field(default_factory=dict)  # compile time, plan, bytes from the build
     losses: list = field(default_factory=list)
     step_times_s: list = field(default_factory=list)
@@ -82,6 +83,7 @@ class Running:
     def steps(self, n: int) -> list[float]:
         answers = self.runner.call(self.group, {"do": "steps", "key": self.key, "n": n})
         first = answers[next(iter(answers))]  # process 0 (VM1) times the step, as Alpa's driver did
+        self.runner.history.setdefault((self.vms, self.key), []).extend(first["losses"])
         self.losses += first["losses"]
         self.step_times_s += first["step_times_s"]
         return first["step_times_s"]
@@ -114,6 +116,11 @@ class Runner:
         self.groups: dict[tuple, str] = {}  # VMs -> worker group
         self.built: dict[tuple, dict | TrialFailed] = {}  # (VMs, technique) -> build answer or failure
         self.rtt_ms: dict[str, float] = {}  # measured, per slice
+        # The optimizer schedule spans the whole sweep (each slice's warm-up and timed steps), so
+        # the losses of every compiled step, warm-up included (history), are those of a plain run
+        # of that length: the single-device reference checks them.
+        self.schedule_steps = (budget.warmup_steps + budget.repeats) * len(slices)
+        self.history: dict[tuple, list[float]] = {}  # (VMs, technique) -> every loss, in order
         self.current_slice: str | None = None
         self.corpus = data.load_corpus()
 
@@ -131,8 +138,10 @@ class Runner:
         return hosts, self.devices_per_host
 
     def train_config(self, trial: Trial) -> TrainConfig:
-        n = len(self.vms_of(trial)) * self.devices_per_host
-        return TrainConfig(batch_size=self.budget.batch_per_gpu * n)
+        return self.train_config_for(len(self.vms_of(trial)))
+
+    def train_config_for(self, n_vms: int) -> TrainConfig:
+        return TrainConfig(batch_size=self.budget.batch_per_gpu * n_vms * self.devices_per_host)
 
     def job(self, trial: Trial) -> Job:
         hosts, devices = self.shape(trial)
@@ -149,12 +158,11 @@ class Runner:
         vms = tuple(self.vms_of(trial))
         group = self._group(vms)
         key = trial.technique
-        running = Running(self, trial, key, group)
+        running = Running(self, trial, key, group, vms)
         if (vms, key) not in self.built:
-            budget = 10_000  # open-ended: the optimizer schedule must not end within a sweep
             try:
                 self.built[(vms, key)] = self.call(group, {"do": "build", "key": key, "job": self.job(trial).to_dict(),
-                                                           "budget_steps": budget})[vms[0]]
+                                                           "budget_steps": self.schedule_steps})[vms[0]]
             except TrialFailed as e:
                 self.built[(vms, key)] = e
         built = self.built[(vms, key)]
@@ -192,6 +200,7 @@ class Runner:
             vms = next(v for v, g in self.groups.items() if g == group)
             self.groups.pop(vms)
             self.built = {k: v for k, v in self.built.items() if k[0] != vms}
+            self.history = {k: v for k, v in self.history.items() if k[0] != vms}  # new workers start over
             with contextlib.suppress(DriverError):
                 self.driver.request({"do": "close", "group": group})
             raise TrialFailed("error", str(e)) from None

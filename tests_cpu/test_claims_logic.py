@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from harness import claims, compare, inventory, records, train
+from harness import claims, compare, inventory, records, slices, train, trials
 from harness.config import TrainConfig, model_config
 from harness.errors import BadInput
 
@@ -88,3 +88,10 @@ def test_bad_inventory_names_the_field(tmp_path, text, field):
     path.write_text(text)
     with pytest.raises(BadInput, match=field):
         inventory.load(str(path))
+
+
+def test_a_live_slice_runs_every_technique_on_all_vms_and_on_each_vm_alone():
+    sl = slices.load("UTAH-GPN")
+    labels = {t.label for t in trials.trials_for(sl)}
+    assert labels == {f"{t}-UTAH-GPN-{where}" for t in ("Data", "ZeRO2", "Shard", "Pipeshard")
+                      for where in ("4gpu", "vm1", "vm2")}

@@ -2,10 +2,10 @@
 
 An emulated two-site slice (namespaces, delay link, a Ray node per VM) is described only by an
 inventory file, and pytest runs on its VM1, as a user runs it on a live slice's VM1. The fabric
-suite must find the cluster, run trials on both VMs and on each VM alone, and measure the RTT
-itself. What is checked is the path, not the claims (test_claims.py judges those), so the link is
-short (2 ms) and Data stands for all four techniques: the path does not depend on the technique,
-and each set of VMs costs its own worker start-up (about 20 s each on this 2-core machine).
+suite must find the cluster, run a trial on both VMs through it and measure the RTT itself. What
+is checked is the path, not the claims (test_claims.py judges those, on the same Runner), so the
+link is short (2 ms) and one trial, Data on both VMs, stands for the others: the path does not
+depend on the technique, and every set of VMs costs its own worker start-up (~20 s here).
 """
 import dataclasses
 import sys
@@ -23,7 +23,7 @@ RTT_MS = 2.0
 
 
 def inventory_text(sl, address: str) -> str:
-    lines = [f'name = "posing-as-live"', f'ray_address = "{address}"', 'platform = "cpu"']
+    lines = ['name = "posing-as-live"', f'ray_address = "{address}"', 'platform = "cpu"']
     for vm in sl.vms:
         lines += ["[[vm]]", f'name = "{vm.name}"', f'site = "{vm.site}"', f"gpus = {vm.gpus}", f'gpu = "{vm.gpu}"']
     return "\n".join(lines) + "\n"
@@ -40,17 +40,14 @@ def test_fabric_suite_on_an_emulated_slice_posing_as_live(tmp_path):
         inv.write_text(inventory_text(sl, cluster.address))
         # The claims themselves are judged in test_claims.py; here the path matters: trials, records, RTT.
         result = net.run("vm1", [sys.executable, "-m", "pytest", "tests_fabric", "-m", "fabric", "-p", "no:cacheprovider",
-                                 "-q", "-k", "test_ray_cluster or (test_trial and Data)",
+                                 "-q", "-k", "test_ray_cluster or (test_trial and Data and 4gpu)",
                                  "--slice-inventory", str(inv), "--trial-model", "scale-tiny",
                                  "--report-dir", str(report)],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "4 passed" in result.stdout, result.stdout[-3000:]  # 3 trials and the cluster check, none skipped
-    recs = records.read(report / "results.jsonl")
-    assert len(recs) == 3  # on both VMs, on vm1 alone and on vm2 alone
-    assert all(r["status"] == "ok" and len(r["timing"]["step_times_s"]) == 3 for r in recs)
-    both = [r for r in recs if r["cluster"]["hosts"] == 2]
-    assert {r["cluster"]["network"]["mechanism"] for r in both} == {"live"}
-    for r in both:  # measured by the suite, not read from the inventory (which states no RTT)
-        assert abs(r["cluster"]["network"]["rtt_ms"] - RTT_MS) <= 0.05 * RTT_MS + 0.3
-    assert {tuple(r["cluster"]["vms_used"]) for r in recs} == {("vm1", "vm2"), ("vm1",), ("vm2",)}
+    assert "2 passed" in result.stdout, result.stdout[-3000:]  # the trial and the cluster check, none skipped
+    [r] = records.read(report / "results.jsonl")
+    assert r["status"] == "ok" and len(r["timing"]["step_times_s"]) == 3
+    assert r["cluster"]["vms_used"] == ["vm1", "vm2"] and r["cluster"]["network"]["mechanism"] == "live"
+    # Measured by the suite, not read from the inventory (which states no RTT).
+    assert abs(r["cluster"]["network"]["rtt_ms"] - RTT_MS) <= 0.05 * RTT_MS + 0.3
