@@ -59,12 +59,13 @@ def test_sensitivity_compares_growth_with_rtt():
     assert claims.c2_sensitivity(claims.Table(recs)).status == "contradicted"
 
 
-def run_folder(tmp_path, name, step_s, verdict="holds"):
+def run_folder(tmp_path, name, step_s, verdict="holds", deviation=None):
     folder = tmp_path / name
     folder.mkdir()
     for r in (trial("Data", "S", [step_s] * 3), trial("Pipeshard", "S", [1.0] * 3)):
         records.append(folder / "results.jsonl", r)
-    (folder / "claims.json").write_text(json.dumps({"verdicts": [{"part": "C1.two-site", "status": verdict}]}))
+    entry = {"part": "C1.two-site", "status": verdict, **({"deviation": deviation} if deviation else {})}
+    (folder / "claims.json").write_text(json.dumps({"verdicts": [entry]}))
     return folder
 
 
@@ -74,7 +75,10 @@ def test_compare_flags_a_slowdown_beyond_the_threshold_and_a_worse_verdict(tmp_p
     slow = compare.compare(base, run_folder(tmp_path, "slow", 1.6))
     assert slow["regressed"] and slow["slower"] == ["Data S vm1+vm2 scale-tiny"]
     worse = compare.compare(base, run_folder(tmp_path, "worse", 1.0, verdict="contradicted"))
-    assert worse["worse_verdicts"] == {"C1.two-site": ["holds", "contradicted"]}
+    assert worse["worse_verdicts"] == {"C1.two-site": ["holds", "contradicted"]} and worse["regressed"]
+    # A part declared as a limit of the backend may flip between runs: reported, not a regression.
+    flip = compare.compare(base, run_folder(tmp_path, "flip", 1.0, verdict="contradicted", deviation="known"))
+    assert flip["worse_declared_limits"] == {"C1.two-site": ["holds", "contradicted"]} and not flip["regressed"]
 
 
 @pytest.mark.parametrize("text, field", [
