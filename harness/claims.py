@@ -1,4 +1,4 @@
-"""The paper's claims (PAPER.md, C1-C6) as functions over a table of trial records.
+"""The paper's claims (PAPER.md, C1-C7) as functions over a table of trial records.
 
 Each claim is split into the parts the paper states separately; a part returns a Verdict:
 - holds: every comparison it makes goes the paper's way;
@@ -217,8 +217,52 @@ def c6_shard_worst(t: Table) -> Verdict:
                     for s in multi for o in ("Data", "ZeRO2", "Pipeshard")])
 
 
+# -- C7 ------------------------------------------------------------------------------------------
+class _Missing(Exception):
+    pass
+
+
+def c7_selection(t: Table, delta: float = 0.1) -> Verdict:
+    """Algorithm 1 as published, run over the trials of each two-site slice (its T from each
+    record), must answer Pipeshard on all VMs or one VM with Data or Shard (having beaten Pipeshard
+    by more than delta); ZeRO2 or "none" goes against the paper. The corrected mode's answer and
+    the fastest trial in time are shown beside it."""
+    from harness import selection
+
+    statement = ("Algorithm 1 picks Pipeshard on both VMs for geo-distributed slices, and a single VM with Data or "
+                 f"Shard when that is better by more than delta (= {delta}).")
+    results = []
+    for s in t.slices():
+        every = t.get("Pipeshard", s)
+        vms = every["cluster"]["vms_used"] if every else []
+
+        def measure(technique, on, s=s):
+            r = t.get(technique, s, ALL if len(on) > 1 else on[0])
+            if r is None:
+                raise _Missing(f"{technique} on {'+'.join(on)}")
+            return selection.average_tflops(r)
+
+        try:
+            gpus = every["cluster"]["devices_per_host"] if every else 0
+            picks = {mode: selection.select(mode, vms, measure, delta, gpus) for mode in selection.MODES}
+        except (_Missing, ValueError) as e:
+            results.append(("not shown", f"{s}: the algorithm needs a trial the run lacks ({e})"))
+            continue
+        d = picks["published"]
+        answer = {m: f"{p.technique} on {'+'.join(p.vms)}" if p.technique else "none" for m, p in picks.items()}
+        line = (f"{s}: published picks {answer['published']} ({d.rule}); corrected picks {answer['corrected']}; "
+                "T per GPU: " + ", ".join(f"{x['technique']} on {'+'.join(x['vms'])} {x['T']:.3g}" for x in d.trials))
+        if s not in two_site(t):
+            results.append(("not shown", line + " (single site: not part of the claim)"))
+        elif d.technique == "Pipeshard" or (d.technique in ("Data", "Shard") and len(d.vms) == 1):
+            results.append(("holds", line))
+        else:
+            results.append(("contradicted", line))
+    return combine("C7.selection", statement, results)
+
+
 TIMED_CLAIMS = (c1_two_site, c1_single_site, c2_order, c2_sensitivity, c3_single_vm, c3_data_most, c5_more_gpus,
-                c6_shard_worst)
+                c6_shard_worst, c7_selection)
 
 
 def judge(records: list[dict], slices=()) -> list[Verdict]:

@@ -1,8 +1,9 @@
 """pytest wiring of the claims, shared by tests_cpu, tests_gpu and tests_fabric.
 
 Options: which slices the trials run on, the trial budget, and where the report goes. The
-session-wide ClaimsLog collects every trial record and verdict and, with --report-dir, writes
-the report when the session ends (passing, failing or interrupted: nothing measured is lost).
+session-wide ClaimsLog collects every trial record and verdict and, with --report-dir, appends each
+trial record to results.jsonl as it lands (a killed session keeps what it measured) and writes the
+whole report when the session ends (passing, failing or interrupted).
 
 The test bodies live here too (run_trial, check_claim), so that the CPU, GPU and live-slice
 suites differ only in the runner they hand over: the same trials, judged by the same claims.
@@ -58,9 +59,12 @@ def budget(config) -> trials.Budget:
 
 
 def trial_list(config) -> list[trials.Trial]:
-    """Every technique on all VMs of each slice, and on the first VM alone: emulated VMs are
-    identical shares of one machine (a live slice's suite runs each VM alone instead)."""
-    return [t for sl in claim_slices(config) for t in trials.trials_for(sl, [sl.vms[0].name])]
+    """Every technique on all VMs of each slice and on the first VM alone (emulated VMs are
+    identical shares of one machine; a live slice's suite runs every VM alone instead), and the
+    single-VM runs Algorithm 1 asks for on the other VMs: Data and Shard (C7)."""
+    return [t for sl in claim_slices(config)
+            for t in trials.trials_for(sl, [sl.vms[0].name])
+            + [trials.Trial(tech, sl.name, vm.name) for vm in sl.vms[1:] for tech in ("Data", "Shard")]]
 
 
 class ClaimsLog:
@@ -70,14 +74,21 @@ class ClaimsLog:
         self.memory: list[dict] = []
         self.verdicts: dict[str, dict] = {}
         self.started = time.time()
+        directory = config.getoption("--report-dir")
+        self.directory = Path(directory) if directory else None
 
-    def write(self, directory: str) -> None:
+    def add(self, trial: trials.Trial, record: dict) -> None:
+        self.trials[trial] = record
+        if self.directory:
+            records.append(self.directory / "results.jsonl", record)
+
+    def write(self, directory: Path) -> None:
         context = {"slices": ", ".join(sl.name for sl in claim_slices(self.config)),
                    "trial budget": str(budget(self.config)),
                    "memory assumptions": str(MEMORY_ASSUMPTIONS),
                    "trials run": len(self.trials), "wall time (s)": round(time.time() - self.started),
                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-        report.write(Path(directory), list(self.trials.values()), self.memory, list(self.verdicts.values()), context)
+        report.write(directory, list(self.trials.values()), self.memory, list(self.verdicts.values()), context)
 
 
 @pytest.fixture(scope="session")
@@ -86,9 +97,8 @@ def claims_log(pytestconfig):
     model_config(pytestconfig.getoption("--trial-model"))
     log = ClaimsLog(pytestconfig)
     yield log
-    directory = pytestconfig.getoption("--report-dir")
-    if directory and (log.trials or log.verdicts):
-        log.write(directory)
+    if log.directory and (log.trials or log.verdicts):
+        log.write(log.directory)
 
 
 # -- test bodies ---------------------------------------------------------------------------------
@@ -104,10 +114,10 @@ def run_trial(trial: trials.Trial, runner: trials.Runner, benchmark, log: Claims
         running.fail(e.status, e.reason)
     except KeyboardInterrupt as e:
         running.fail(*records.failure(e))
-        log.trials[trial] = running.record()
+        log.add(trial, running.record())
         raise
     record = running.record()
-    log.trials[trial] = record
+    log.add(trial, record)
     benchmark.extra_info.update(
         trial=trial.label, technique=trial.technique, slice=trial.slice, vms=record["cluster"]["vms_used"],
         status=record["status"], reason=record["reason"], rtt_ms=record["cluster"]["network"]["rtt_ms"],
@@ -123,7 +133,7 @@ def ensure_trials(runner: trials.Runner, log: ClaimsLog, wanted: list[trials.Tri
     """Records of the wanted trials; those no test ran yet (a claim selected on its own) run now."""
     for trial in wanted:
         if trial not in log.trials:
-            log.trials[trial] = runner.measure(trial)
+            log.add(trial, runner.measure(trial))
     return [log.trials[t] for t in wanted]
 
 

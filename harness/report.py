@@ -94,15 +94,16 @@ def draw(out: Path, trial_records: list[dict]) -> list[Path]:
         for metric, ax in zip(("epoch", "tflops"), axes):
             for i, (label, vms) in enumerate(placements):
                 xs = [j + i * width for j in range(len(TECHNIQUES))]
-                values = [value(table.get(t, s, vms), metric) for t in TECHNIQUES]
+                runs = [table.get(t, s, vms) for t in TECHNIQUES]
+                values = [value(r, metric) for r in runs]
                 ax.bar(xs, [0 if math.isnan(v) else v for v in values], width, label=label)
-                for x, v in zip(xs, values):
-                    if math.isnan(v):
+                for x, v, r in zip(xs, values, runs):
+                    if r is not None and math.isnan(v):  # failed; a trial not run gets no mark
                         ax.text(x, 0, "x", ha="center", va="bottom", color="red", fontsize=14, fontweight="bold")
             ax.set_xticks([j + width * (len(placements) - 1) / 2 for j in range(len(TECHNIQUES))], TECHNIQUES)
             ax.set_ylabel("seconds per epoch" if metric == "epoch" else "TFLOP/s per device (Alpa)")
             ax.legend(fontsize=8)
-        fig.suptitle(f"{s}: RTT {claims.rtt(table, s):.1f} ms (x = failed trial)")
+        fig.suptitle(f"{s}: RTT {claims.rtt(table, s):.1f} ms (x = failed trial; no bar = not run)")
         fig.tight_layout()
         path = out / f"slice-{s}.png"
         fig.savefig(path, dpi=90)

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness import claims, claims_plugin, data, train
+from harness import claims, claims_plugin, costmodel_check, data, train
 from harness.claims_plugin import check_claim, claim_slices, ensure_trials, run_trial, trial_list
 from harness.emulation import netns
 
@@ -72,7 +72,7 @@ def test_every_trial_trains_exactly_like_the_single_device_reference(runner, cla
         assert len(losses) == runner.schedule_steps, f"{technique} on {'+'.join(vms)}"
         np.testing.assert_allclose(losses, references[cfg.batch_size], rtol=1e-4,
                                    err_msg=f"{technique} on {'+'.join(vms)}")
-    assert len(runner.history) == 8  # four techniques, on both VMs and on one
+    assert len(runner.history) == 10  # four techniques on both VMs and on VM1; Data and Shard on VM2
 
 
 @pytest.fixture(scope="session")
@@ -86,3 +86,20 @@ def memory_table(pytestconfig, claims_log):
 def test_memory_claim(part, memory_table, claims_log, pytestconfig):
     verdict = claims.judge_memory(memory_table, claim_slices(pytestconfig))[part]
     check_claim(verdict, claims_log, DEVIATIONS)
+
+
+def test_cost_model_ranks_the_trials_as_measured(runner, claims_log, pytestconfig):
+    """harness.costmodel, calibrated on three of these trials, predicts the others: the ranking of
+    every all-VM trial agrees (Spearman >= 0.8), and on every two-site slice it names the same
+    fastest and slowest technique. The full comparison goes to costmodel.md in the report."""
+    recs = ensure_trials(runner, claims_log, trial_list(pytestconfig))
+    result = costmodel_check.check(recs)
+    if claims_log.directory:
+        claims_log.directory.mkdir(parents=True, exist_ok=True)
+        (claims_log.directory / "costmodel.md").write_text(costmodel_check.markdown(result))
+    assert result["spearman_all_vms"] >= 0.8, costmodel_check.markdown(result)
+    for s in claims.two_site(claims.Table(recs)):
+        rows = [x for x in result["rows"] if x["slice"] == s and x["all_vms"]]
+        for pick in (min, max):
+            assert (pick(rows, key=lambda x: x["measured_s"])["technique"]
+                    == pick(rows, key=lambda x: x["predicted_s"])["technique"]), costmodel_check.markdown(result)

@@ -50,6 +50,29 @@ def test_without_the_trials_a_part_is_not_shown():
     assert claims.c2_sensitivity(claims.Table([trial("Data", "S", [1, 1, 1])])).status == "not shown"
 
 
+def slice_trials(all_vms: dict, one_vm: dict, rtt=20.0) -> list[dict]:
+    """Trials of slice S: step times of each technique on both VMs, and of (technique, vm) alone."""
+    return ([trial(t, "S", ts, rtt=rtt) for t, ts in all_vms.items()]
+            + [trial(t, "S", ts, vms=(vm,)) for (t, vm), ts in one_vm.items()])
+
+
+def test_c7_runs_algorithm_1_over_the_trials_of_each_two_site_slice():
+    one_vm = {(t, vm): [1.0] * 3 for t in ("Data", "Shard") for vm in ("vm1", "vm2")}
+    # every trial here steps the same batch: 2 GPUs of one VM in 0.5-1 s beat 4 GPUs in 4 s per GPU
+    fast_single = slice_trials({"Pipeshard": [4.0] * 3}, {**one_vm, ("Data", "vm2"): [0.5] * 3})
+    verdict = claims.c7_selection(claims.Table(fast_single))
+    assert verdict.status == "holds" and "published picks Data on vm2" in verdict.evidence[0]
+    # everything equal per GPU (4 GPUs in half the time of 2): step 6, and ZeRO2 across sites goes against the paper
+    equal = slice_trials({"Pipeshard": [0.5] * 3, "ZeRO2": [0.5] * 3}, one_vm)
+    verdict = claims.c7_selection(claims.Table(equal))
+    assert verdict.status == "contradicted" and "published picks ZeRO2 on vm1+vm2 (step 6" in verdict.evidence[0]
+    # step 6 reached without a ZeRO2 trial: the run cannot show the part
+    assert claims.c7_selection(claims.Table(slice_trials({"Pipeshard": [0.5] * 3}, one_vm))).status == "not shown"
+    # a single-site slice is evidence, not part of the claim
+    assert claims.c7_selection(claims.Table(slice_trials({"Pipeshard": [0.5] * 3, "ZeRO2": [0.5] * 3}, one_vm,
+                                                         rtt=0.1))).status == "not shown"
+
+
 def test_sensitivity_compares_growth_with_rtt():
     recs = []
     for tech, lo, hi in (("Pipeshard", 1.2, 1.3), ("Data", 1.0, 3.0), ("ZeRO2", 1.0, 4.0), ("Shard", 1.5, 15.0)):

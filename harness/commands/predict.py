@@ -1,0 +1,76 @@
+"""`python -m harness predict`: every technique on a slice, predicted in closed form (harness.costmodel)."""
+import argparse
+import sys
+
+from harness import costmodel, slices
+from harness.config import model_config
+from harness.errors import BadInput
+from harness.hardware import ACCELERATORS
+
+HELP = "predict step time, 20-epoch time, TFLOP/s and memory of each technique on a slice, in seconds of CPU"
+CHARS_PER_TOKEN = 4.0  # GPT-2's byte-level BPE on English prose: about 4 characters per token (OpenAI's rule of thumb)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
+                   help="a Table I slice or a slice file (GPU types: " + ", ".join(ACCELERATORS) + "; default: %(default)s)")
+    p.add_argument("--model", default="gpt2m", metavar="NAME", help="model (default: %(default)s)")
+    p.add_argument("--batch-per-gpu", type=int, default=costmodel.Setup.batch_per_gpu,
+                   help="sequences per GPU per step (default: %(default)s; not stated in the paper)")
+    p.add_argument("--micro-batches", type=int, default=costmodel.Setup.micro_batches,
+                   help="microbatches per step (default: %(default)s)")
+    p.add_argument("--precision", default=costmodel.Setup.precision, choices=sorted(costmodel.BYTES),
+                   help="compute precision (default: %(default)s)")
+    p.add_argument("--no-remat", action="store_true", help="Pipeshard keeps its activations instead of recomputing them")
+    p.add_argument("--epochs", type=int, default=costmodel.Setup.epochs, help="epochs to time (default: %(default)s)")
+    p.add_argument("--tokens", type=float, default=None, metavar="N",
+                   help="tokens in one epoch of the dataset (default: the embedded corpus, counted as "
+                        f"characters / {CHARS_PER_TOKEN:g})")
+    p.add_argument("--efficiency", type=float, default=costmodel.COMPUTE_EFFICIENCY,
+                   help="fraction of a GPU's peak a training step sustains (default: %(default)s)")
+
+
+def run(args) -> tuple[int, dict]:
+    sl = slices.load(args.slice)
+    cfg = model_config(args.model)
+    for name in ("batch_per_gpu", "micro_batches", "epochs"):
+        if getattr(args, name) < 1:
+            raise BadInput(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if not 0 < args.efficiency <= 1:
+        raise BadInput(f"--efficiency must be in (0, 1], got {args.efficiency}")
+    if args.tokens is not None and args.tokens <= 0:
+        raise BadInput(f"--tokens must be positive, got {args.tokens}")
+    if (args.batch_per_gpu * sl.gpus_per_vm) % args.micro_batches:
+        raise BadInput(f"--micro-batches {args.micro_batches} must divide one VM's batch "
+                       f"({args.batch_per_gpu} x {sl.gpus_per_vm} GPUs)")
+    tokens = args.tokens if args.tokens is not None else corpus_tokens()
+    setup = costmodel.Setup(args.batch_per_gpu, args.micro_batches, args.precision, not args.no_remat, args.epochs, tokens)
+    predictions = costmodel.predict_slice(
+        sl, cfg, setup, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency))
+    result = {"slice": sl.name, "model": cfg.name, "setup": vars(setup) | {"efficiency": args.efficiency},
+              "rtt_ms": sl.rtt_ms, "predictions": [p.to_dict() for p in predictions]}
+    if not args.json:
+        print(summary(result))
+    return 0, result
+
+
+def corpus_tokens() -> float:
+    from harness import data
+
+    print("predict: counting the embedded corpus ...", file=sys.stderr, flush=True)
+    return sum(len(t) for t in data.load_corpus().texts) / CHARS_PER_TOKEN
+
+
+def summary(result: dict) -> str:
+    s = result["setup"]
+    lines = [f"{result['model']} on {result['slice']} (RTT {result['rtt_ms']} ms), {s['batch_per_gpu']} sequences per GPU, "
+             f"{s['micro_batches']} microbatches, {s['precision']}, {s['epochs']} epochs of {s['dataset_tokens']:.3g} tokens",
+             f"{'technique':9} {'VMs':9} {'step s':>7} {'compute':>8} {'collect.':>8} {'bubble':>7} {'transf.':>7} "
+             f"{'epochs h':>9} {'TFLOP/s':>7} {'GB/GPU':>7}"]
+    for p in result["predictions"]:
+        t = p["terms_s"]
+        hours = f"{p['epochs_s'] / 3600:9.2f}" if p["epochs_s"] else f"{'':9}"
+        lines.append(f"{p['technique']:9} {'+'.join(p['vms']):9} {p['step_s']:7.3g} {t['compute']:8.3g} "
+                     f"{t['collectives']:8.3g} {t['pipeline_bubble']:7.3g} {t['pipeline_transfers']:7.3g} {hours} "
+                     f"{p['tflops_per_gpu']:7.3g} {p['memory_gb']:6.1f}{'' if p['fits'] else ' x (out of memory)'}")
+    return "\n".join(lines)

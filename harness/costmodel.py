@@ -1,0 +1,273 @@
+"""Predict each technique on a slice before spending GPU hours: step time, 20 epochs, TFLOP/s, memory.
+
+A step is the sum of separate terms, each shown in the output:
+- compute: Alpa's FLOPs of the step (flops.py) at each GPU's peak times COMPUTE_EFFICIENCY, at
+  the pace of the slowest GPU that takes part (data-parallel ranks wait for each other; a pipeline
+  goes at the pace of its slowest stage);
+- collectives: ring all-reduce, reduce-scatter and all-gather, priced over the links they cross.
+  Data all-reduces the gradients once per step (XLA combines them into one collective); ZeRO2
+  reduce-scatters and all-gathers each parameter tensor (one pair per tensor); Shard, planned as
+  Alpa plans it (the mesh seen as uniform, shard_parallel.choose), all-reduces activations four
+  times per layer and microbatch on its tensor axis and gradients per layer and microbatch on its
+  data axis (GSPMD puts them inside the layer and microbatch loops); Pipeshard all-reduces its
+  stage gradients inside each VM and the tied embedding's gradient across VMs;
+- pipeline: Pipeshard's bubble ((stages - 1) stage-times of idle in the GPipe schedule) and its
+  point-to-point transfers (activations forward, gradients back, the loss and gradient norm around
+  the ring of stages) that the schedule cannot hide.
+
+A transfer between VMs rides one TCP connection: its rate is capped by the link and by
+window / RTT, and after an idle gap Linux restarts the connection from its initial window (slow
+start after idle), so a transfer of n bytes takes the RTTs that slow start needs to move them.
+Each ring step also waits one one-way latency for its predecessor.
+
+Calibration constants, each named below with its source, are the only numbers not derived from
+the model, the slice and the data sheets: COMPUTE_EFFICIENCY, TCP_INITIAL_WINDOW_SEGMENTS and
+netmodel's TCP window, PCIe and default link figures. For the emulated CPU slices (validation),
+`cpu_calibration` derives the core's rate and the link's effective window from two named trials.
+"""
+import math
+from dataclasses import dataclass, field, replace
+
+from harness import flops, slices
+from harness.config import GPTConfig
+from harness.netmodel import PCIE_BYTES_PER_S, PCIE_LATENCY_S, TCP_WINDOW_BYTES, Links
+from harness.techniques import TECHNIQUES
+from harness.techniques.common import ClusterShape
+
+# Fraction of a GPU's peak a GPT-2 training step sustains. Megatron-LM reports 44-52% of A100
+# peak for GPT training (Narayanan et al., SC'21); Alpa's GPT benchmarks are in the same range.
+COMPUTE_EFFICIENCY = 0.45
+TCP_INITIAL_WINDOW_SEGMENTS = 10  # RFC 6928, Linux's default initial congestion window
+ETHERNET_MSS = 1448  # 1500-byte MTU less IP and TCP headers (with timestamps)
+DEFAULT_LINK_GBPS = 25.0  # FABRIC's dedicated ConnectX NICs; a slice file's bandwidth_gbps overrides it
+NCCL_LAUNCH_S = 20e-6  # launch and synchronisation of one NCCL collective: tens of microseconds
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a prediction assumes besides the slice and the model (the paper states none of these)."""
+    batch_per_gpu: int = 4
+    micro_batches: int = 4
+    precision: str = "float32"
+    remat: bool = True  # Pipeshard recomputes its stages in the backward pass
+    epochs: int = 20
+    dataset_tokens: float = 0.0  # tokens in one epoch of the dataset (0: the step alone)
+    seq_len: int | None = None  # default: the model's n_positions
+
+
+@dataclass(frozen=True)
+class Network:
+    """How bytes move: inside a VM over PCIe, between VMs over one TCP connection per ring edge."""
+    link_bytes_per_s: float = DEFAULT_LINK_GBPS * 1e9 / 8
+    window_bytes: float = TCP_WINDOW_BYTES
+    initial_window_bytes: float = TCP_INITIAL_WINDOW_SEGMENTS * ETHERNET_MSS
+    ici_bytes_per_s: float = PCIE_BYTES_PER_S
+    ici_latency_s: float = PCIE_LATENCY_S
+    ring_over_devices: bool = True  # NCCL: every GPU is a rank; gloo (JAX on CPU): one rank per VM
+    per_collective_s: float = NCCL_LAUNCH_S  # fixed cost of one collective between VMs
+
+    def send_s(self, nbytes: float, rtt_s: float) -> float:
+        """One TCP connection moving nbytes from a cold start (after idle): one-way latency, then
+        round trips whose window doubles from the initial one (slow start) up to
+        cap = min(window, link x RTT), after which it carries cap per round trip."""
+        if nbytes <= 0:
+            return 0.0
+        if rtt_s <= 0:
+            return nbytes / self.link_bytes_per_s
+        cap = min(self.window_bytes, self.link_bytes_per_s * rtt_s)
+        first = min(self.initial_window_bytes, cap)
+        opening = max(0, math.ceil(math.log2(cap / first)))  # round trips before the window is fully open
+        carried = first * (2**opening - 1)  # what those round trips carry
+        if nbytes <= carried:
+            return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s
+        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / cap * rtt_s
+
+    def ring_s(self, nbytes: float, hosts: int, devices: int, rtt_s: float, phases: int) -> float:
+        """A ring collective over hosts x devices moving nbytes per rank: phases = 2 for an
+        all-reduce (reduce-scatter then all-gather), 1 for either half alone."""
+        if hosts * devices == 1:
+            return 0.0
+        local = 0.0  # the part inside each VM: all of it on one VM; for gloo, the reduction before the ring
+        if devices > 1:
+            d = devices
+            local = phases * (d - 1) / d * nbytes / self.ici_bytes_per_s + phases * (d - 1) * self.ici_latency_s
+        if hosts == 1:
+            return local
+        ranks = hosts * devices if self.ring_over_devices else hosts
+        per_edge = phases * (ranks - 1) / ranks * nbytes  # what each TCP connection of the ring carries
+        steps = phases * (ranks - 1)
+        cross = self.send_s(per_edge, rtt_s) + (steps - 1) * rtt_s / 2
+        return self.per_collective_s + cross + (0.0 if self.ring_over_devices else local)
+
+
+@dataclass
+class Prediction:
+    technique: str
+    vms: tuple[str, ...]
+    gpus: int
+    terms: dict  # seconds per step: compute, collectives, pipeline_bubble, pipeline_transfers
+    step_s: float
+    tflops_per_gpu: float  # Alpa's formula, as the paper's figures
+    memory_bytes: float  # per GPU, on the fullest GPU
+    memory_limit_bytes: float
+    epochs_s: float | None
+    notes: list = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_bytes <= self.memory_limit_bytes
+
+    def to_dict(self) -> dict:
+        return {"technique": self.technique, "vms": list(self.vms), "gpus": self.gpus,
+                "terms_s": {k: round(v, 6) for k, v in self.terms.items()}, "step_s": self.step_s,
+                "tflops_per_gpu": self.tflops_per_gpu, "memory_gb": self.memory_bytes / 1e9,
+                "memory_limit_gb": self.memory_limit_bytes / 1e9, "fits": self.fits,
+                "epochs_s": self.epochs_s, "notes": self.notes}
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The GPUs of the VMs used: FLOP/s each sustains and its memory, in VM order."""
+    flops: tuple[float, ...]
+    memory: tuple[float, ...]
+    per_vm: int
+
+    @classmethod
+    def of(cls, sl: slices.Slice, vms: tuple[str, ...], precision: str, efficiency: float = COMPUTE_EFFICIENCY):
+        chosen = [vm for vm in sl.vms if vm.name in vms]
+        return cls(tuple(vm.accelerator.peak_tflops(precision) * 1e12 * efficiency for vm in chosen),
+                   tuple(vm.accelerator.memory_bytes for vm in chosen), sl.gpus_per_vm)
+
+
+def network_for(sl: slices.Slice) -> Network:
+    return Network(link_bytes_per_s=(sl.bandwidth_gbps or DEFAULT_LINK_GBPS) * 1e9 / 8)
+
+
+def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConfig, setup: Setup = Setup(),
+            net: Network | None = None, devices: Devices | None = None) -> Prediction:
+    net = net or network_for(sl)
+    devices = devices or Devices.of(sl, vms, setup.precision)
+    hosts, d = len(vms), sl.gpus_per_vm
+    gpus = hosts * d
+    rtt = max((sl.rtt_between(a, b) for a in vms for b in vms if a != b), default=0.0) / 1e3
+    seq = setup.seq_len or cfg.n_positions
+    batch = setup.batch_per_gpu * gpus
+    m = setup.micro_batches
+    value = BYTES[setup.precision]
+    remat = technique == "Pipeshard" and setup.remat
+    total_flops = flops.alpa_step_flops(cfg, batch, seq, recompute=remat)
+    slowest = min(devices.flops)
+    params = flops.param_count(cfg)
+    grad_bytes = 4 * params  # gradients and the master weights stay float32
+    act = batch / m * seq * cfg.n_embd * value  # one microbatch's activations at a layer boundary
+    terms = {"compute": 0.0, "collectives": 0.0, "pipeline_bubble": 0.0, "pipeline_transfers": 0.0}
+    notes = []
+
+    if technique in ("Data", "ZeRO2"):
+        terms["compute"] = total_flops / gpus / slowest
+        if technique == "Data":
+            terms["collectives"] = net.ring_s(grad_bytes, hosts, d, rtt, phases=2)
+            state = 16 * params  # parameters, gradients, Adam's two moments, float32
+        else:
+            tensors = 12 + 4  # the scanned model's parameter leaves: 12 stacked block tensors, wte, wpe, ln_f
+            terms["collectives"] = 2 * tensors * net.ring_s(grad_bytes / tensors, hosts, d, rtt, phases=1)
+            state = 4 * params + 12 * params / gpus + 4 * params  # whole model; its gradient and moments split (+ full grads before the scatter)
+        memory = state + activations(cfg, batch / gpus / m, seq, value, 1)
+    elif technique == "Shard":
+        from harness.techniques import shard_parallel
+
+        shape = ClusterShape(hosts, d)
+        plan, _, _ = shard_parallel.choose(shape, cfg, batch, seq, m, Links(), 1e12)  # Alpa's: uniform mesh
+        notes.append(f"plan (Alpa's, mesh seen as uniform): {plan}")
+        t, data = plan.tensor_size, plan.data_size
+        head = 6 * batch * seq * cfg.n_embd * cfg.vocab_size
+        terms["compute"] = ((total_flops - head) / (data * t) + head / data) / slowest
+        block = flops.block_params(cfg)
+        other = params - cfg.n_layer * block
+        tensor_axis_hosts = plan.tensor[0]
+        act_local = batch / data / m * seq * cfg.n_embd * value
+        tensor_comm = 4 * cfg.n_layer * m * net.ring_s(act_local, plan.tensor[0], plan.tensor[1],
+                                                       rtt if tensor_axis_hosts > 1 else 0, 2)
+        # Inside the layer and microbatch loops GSPMD reduces each parameter's gradient on its own:
+        # 12 tensors per block, and the embeddings' and final LayerNorm's 4 per microbatch.
+        on_data = lambda nbytes: net.ring_s(nbytes, plan.data[0], plan.data[1], rtt if plan.data[0] > 1 else 0, 2)
+        data_comm = m * (cfg.n_layer * 12 * on_data(4 * block / t / 12) + 4 * on_data(4 * other / 4))
+        terms["collectives"] = tensor_comm + data_comm
+        local = cfg.n_layer * block / t + other
+        memory = 8 * local + 8 * local / (data if plan.shard_optimizer else 1) \
+            + activations(cfg, batch / data / m, seq, value, t)
+    elif technique == "Pipeshard":
+        from harness.techniques.pipeshard import balance
+
+        stages = hosts if hosts > 1 else d  # one VM: its GPUs are the stages (Alpa's 1x1 submeshes)
+        per_stage = d if hosts > 1 else 1
+        head = 6 * batch * seq * cfg.n_embd * cfg.vocab_size * (4 / 3 if remat else 1)
+        layer = (total_flops - head) / cfg.n_layer
+        blocks = balance(cfg.n_layer, stages, layer, head)  # the cut the technique makes
+        rates = [f * per_stage for f in devices.flops] if hosts > 1 else [devices.flops[0]] * d
+        work = [n * layer + (head if i == stages - 1 else 0) for i, n in enumerate(blocks)]
+        stage_time = max(w / m / r for w, r in zip(work, rates))  # one microbatch, forward and backward
+        terms["compute"] = m * stage_time
+        terms["pipeline_bubble"] = (stages - 1) * stage_time  # GPipe: m + stages - 1 ticks
+        hop = rtt if hosts > 1 else 0.0
+        p2p = (net.per_collective_s + net.send_s(act / per_stage, hop) if hop
+               else act / per_stage / net.ici_bytes_per_s + net.ici_latency_s)
+        ring = stages * (hop / 2 if hop else net.ici_latency_s)  # the loss and the gradient norm, around the stages
+        # Stages move in lockstep: every tick ends with a transfer forward, and its transpose in the
+        # backward pass with one back, so each tick pays one transfer each way.
+        terms["pipeline_transfers"] = (2 * (m + stages - 1) * p2p if stages > 1 else 0.0) + 2 * ring
+        notes.append(f"blocks per stage {blocks}")
+        stage_params = (params - 2 * cfg.vocab_size * cfg.n_embd) / stages + cfg.vocab_size * cfg.n_embd
+        embedding = 4 * cfg.vocab_size * cfg.n_embd  # the tied embedding's gradient: first and last stage sum theirs
+        terms["collectives"] = (net.ring_s(4 * stage_params, 1, per_stage, 0, 2)
+                                + (net.ring_s(embedding, 2, 1, hop, 2) if hop else net.ring_s(embedding, 1, 2, 0, 2)))
+        micro = batch / m / per_stage  # sequences of one microbatch on one GPU of a stage
+        stage_layers = max(blocks)
+        if remat:  # keeps each microbatch's stage input; recomputes one microbatch's activations at a time
+            kept = m * micro * seq * cfg.n_embd * value + activations(cfg, micro, seq, value, 1, stage_layers)
+        else:
+            kept = m * activations(cfg, micro, seq, value, 1, stage_layers)
+        memory = 16 * stage_params + kept
+    else:
+        raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(TECHNIQUES)}")
+
+    step = sum(terms.values())
+    steps_per_epoch = setup.dataset_tokens / (batch * seq) if setup.dataset_tokens else 0
+    return Prediction(technique, tuple(vms), gpus, terms, step,
+                      flops.alpa_step_flops(cfg, batch, seq, recompute=remat) / step / gpus / 1e12,
+                      memory, min(devices.memory), step * steps_per_epoch * setup.epochs if steps_per_epoch else None,
+                      notes)
+
+
+def activations(cfg: GPTConfig, micro_batch: float, seq: int, value: int, tensor: int = 1,
+                layers: float | None = None) -> float:
+    """Bytes one device keeps for the backward pass of one microbatch: per layer s b (5 h + 12 h / t)
+    + 2.5 a s^2 b / t values (Korthikanti et al. 2022, without dropout masks, split by tensor
+    parallelism t; the same rule shard_parallel plans with), plus the logits and their gradient."""
+    layers = cfg.n_layer if layers is None else layers
+    h, a = cfg.n_embd, cfg.n_head
+    per_layer = seq * micro_batch * (5 * h + 12 * h / tensor) + 2.5 * a * seq**2 * micro_batch / tensor
+    return (layers * per_layer + 2 * micro_batch * seq * cfg.vocab_size) * value
+
+
+def placements(sl: slices.Slice) -> list[tuple[str, ...]]:
+    """All VMs together, then each VM alone."""
+    return [tuple(vm.name for vm in sl.vms)] + [(vm.name,) for vm in sl.vms]
+
+
+def predict_slice(sl: slices.Slice, cfg: GPTConfig, setup: Setup = Setup(), net: Network | None = None,
+                  devices_for=None) -> list[Prediction]:
+    out = []
+    for vms in placements(sl):
+        devices = devices_for(vms) if devices_for else None
+        out += [predict(t, sl, vms, cfg, setup, net, devices) for t in TECHNIQUES]
+    return out
+
+
+def with_rtt(sl: slices.Slice, rtt_ms: float) -> slices.Slice:
+    return replace(sl, rtt_ms=rtt_ms, site_rtt_ms=())
+
+
+def epochs_hours(p: Prediction) -> float:
+    return p.epochs_s / 3600 if p.epochs_s else math.nan

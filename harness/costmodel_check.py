@@ -1,0 +1,172 @@
+"""The cost model against measured trials: predicted vs measured step time on the emulated slices.
+
+The emulated CPU slices are not in the data sheets, so three figures are taken from the trials
+themselves, each from one named trial that is then left out of the comparison:
+- a device's sustained FLOP/s: from Data on one VM alone (no link involved), on the first slice;
+- the link's effective TCP window: from Data on all VMs of the two-site slice of lowest RTT (the
+  window that makes the model's Data step equal the measured one).
+- the fixed cost of one collective: from ZeRO2 (32 collectives a step) on all VMs at the lowest RTT.
+Everything else is predicted: the other techniques, the one-VM runs, the other RTTs. The delay
+link's rate (1.3 GB/s, DESIGN.md section 3) and its MTU (network.MTU) are measured facts of the
+emulation; gloo, JAX's CPU collectives, runs one ring rank per VM (one process each).
+
+The verdict is rank agreement (Spearman) across techniques on each slice and across RTTs for
+each technique, and the error of every prediction, in costmodel.md next to the claims.
+"""
+import statistics
+from dataclasses import replace
+
+from harness import costmodel, slices
+from harness.config import GPTConfig
+from harness.emulation.network import MTU
+
+USERSPACE_LINK_BYTES_PER_S = 1.3e9  # TCP through the userspace delay link at zero delay (DESIGN.md §3)
+TCP_HEADERS = 52  # IPv4 + TCP with timestamps
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    if len(xs) < 2:
+        return float("nan")
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx = sum((a - mx) ** 2 for a in rx) ** 0.5
+    sy = sum((b - my) ** 2 for b in ry) ** 0.5
+    return cov / (sx * sy) if sx and sy else float("nan")
+
+
+def _model(r: dict) -> GPTConfig:
+    m = r["model"]
+    return GPTConfig(m["name"], m["n_layer"], m["n_head"], m["n_embd"], m["vocab_size"], m["n_positions"],
+                     m["tie_embeddings"])
+
+
+def _setup(r: dict) -> costmodel.Setup:
+    gpus = r["cluster"]["hosts"] * r["cluster"]["devices_per_host"]
+    return costmodel.Setup(batch_per_gpu=r["batch"]["global_batch"] // gpus, micro_batches=r["batch"]["micro_batches"],
+                           precision=r["precision"], remat=False, seq_len=r["batch"]["seq_len"])
+
+
+def _slice(r: dict) -> slices.Slice:
+    sl = slices.load(r["cluster"]["slice"])
+    rtt = r["cluster"]["network"]["rtt_ms"]
+    return costmodel.with_rtt(sl, rtt) if rtt is not None else sl
+
+
+def _predict(r: dict, net: costmodel.Network, device_flops: float) -> costmodel.Prediction:
+    sl = _slice(r)
+    vms = tuple(r["cluster"]["vms_used"])
+    devices = costmodel.Devices(tuple(device_flops for _ in vms), tuple(1e15 for _ in vms), sl.gpus_per_vm)
+    return costmodel.predict(r["technique"], sl, vms, _model(r), _setup(r), net, devices)
+
+
+def _bisect(f, target: float, lo: float, hi: float, falling: bool) -> float:
+    """x in [lo, hi] (log scale) where f(x) = target, for f monotonic (falling or rising in x)."""
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        if (f(mid) > target) == falling:
+            lo = mid
+        else:
+            hi = mid
+    return (lo * hi) ** 0.5
+
+
+def calibrate(recs: list[dict]) -> tuple[costmodel.Network, float, list[str]]:
+    """(network, FLOP/s per device, the trials used) from the records of an emulated run: the
+    device rate from Data on one VM; the cost of one collective from ZeRO2 (32 collectives) on
+    all VMs at the lowest RTT; the window from Data on all VMs at the lowest two-site RTT."""
+    ok = [r for r in recs if r["status"] == "ok" and r["timing"]["median_step_s"] and r["cluster"]["slice"]]
+    rtt = lambda r: r["cluster"]["network"]["rtt_ms"] or 0.0
+    every = sorted((r for r in ok if r["cluster"]["hosts"] > 1), key=rtt)
+    single = next(r for r in ok if r["technique"] == "Data" and r["cluster"]["hosts"] == 1)
+    device_flops = (single["throughput"]["flops_per_step_alpa"] / single["timing"]["median_step_s"]
+                    / single["cluster"]["devices_per_host"])
+    net = costmodel.Network(link_bytes_per_s=USERSPACE_LINK_BYTES_PER_S, ring_over_devices=False,
+                            initial_window_bytes=10 * (MTU - TCP_HEADERS))
+    used = [single]
+    zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)
+    if zero2:
+        cost = _bisect(lambda x: _predict(zero2, replace(net, per_collective_s=x), device_flops).step_s,
+                       zero2["timing"]["median_step_s"], 1e-7, 1.0, falling=False)
+        net, used = replace(net, per_collective_s=cost), used + [zero2]
+    data = next((r for r in every if r["technique"] == "Data" and rtt(r) >= 1.0), None)
+    if data:
+        def with_window(w):
+            return replace(net, window_bytes=w, initial_window_bytes=min(net.initial_window_bytes, w))
+
+        window = _bisect(lambda w: _predict(data, with_window(w), device_flops).step_s,
+                         data["timing"]["median_step_s"], 1e3, 1e9, falling=True)
+        net, used = with_window(window), used + [data]
+    return net, device_flops, [label(r) for r in used]
+
+
+def label(r: dict) -> str:
+    c = r["cluster"]
+    return f"{r['technique']}-{c['slice']}-{'4gpu' if c['hosts'] > 1 else c['vms_used'][0]}"
+
+
+def check(recs: list[dict]) -> dict:
+    """Predicted vs measured for every successful trial; rank agreement and errors."""
+    net, device_flops, used = calibrate(recs)
+    rows = []
+    for r in recs:
+        if r["status"] != "ok" or not r["timing"]["median_step_s"] or r["cluster"]["slice"] is None:
+            continue
+        p = _predict(r, net, device_flops)
+        measured = r["timing"]["median_step_s"]
+        rows.append({"trial": label(r), "technique": r["technique"], "slice": r["cluster"]["slice"],
+                     "all_vms": r["cluster"]["hosts"] > 1, "rtt_ms": r["cluster"]["network"]["rtt_ms"],
+                     "measured_s": measured, "predicted_s": p.step_s, "error": p.step_s / measured - 1,
+                     "terms_s": p.terms, "calibration": label(r) in used})
+    judged = [x for x in rows if not x["calibration"]]
+    per_slice = {}
+    for s in sorted({x["slice"] for x in rows if x["all_vms"]}):
+        xs = [x for x in rows if x["slice"] == s and x["all_vms"]]
+        per_slice[s] = spearman([x["measured_s"] for x in xs], [x["predicted_s"] for x in xs])
+    per_technique = {}
+    for t in sorted({x["technique"] for x in rows if x["all_vms"]}):
+        xs = [x for x in rows if x["technique"] == t and x["all_vms"]]
+        per_technique[t] = spearman([x["measured_s"] for x in xs], [x["predicted_s"] for x in xs])
+    every = [x for x in rows if x["all_vms"]]
+    return {"calibration": {"device_tflops": device_flops / 1e12, "window_bytes": net.window_bytes,
+                            "per_collective_s": net.per_collective_s,
+                            "initial_window_bytes": net.initial_window_bytes,
+                            "link_bytes_per_s": net.link_bytes_per_s, "from_trials": used},
+            "rows": rows,
+            "spearman_per_slice": per_slice, "spearman_per_technique": per_technique,
+            "spearman_all_vms": spearman([x["measured_s"] for x in every], [x["predicted_s"] for x in every]),
+            "median_abs_error": statistics.median(abs(x["error"]) for x in judged) if judged else float("nan")}
+
+
+def markdown(result: dict) -> str:
+    c = result["calibration"]
+    lines = ["# The cost model against the measured trials", "",
+             f"Calibrated from {', '.join(c['from_trials'])} (marked below, left out of the error): "
+             f"{c['device_tflops'] * 1e3:.3g} GFLOP/s per device, {c['per_collective_s'] * 1e3:.2g} ms per collective, "
+             f"effective TCP window {c['window_bytes'] / 1e3:.0f} kB.", "",
+             f"- rank agreement (Spearman) over every all-VM trial: {result['spearman_all_vms']:.2f}",
+             "- per slice, across techniques: " + ", ".join(f"{k} {v:.2f}" for k, v in result["spearman_per_slice"].items()),
+             "- per technique, across RTTs: " + ", ".join(f"{k} {v:.2f}" for k, v in result["spearman_per_technique"].items()),
+             f"- median absolute error of the predicted step time: {100 * result['median_abs_error']:.0f}%", "",
+             "| trial | RTT ms | measured s | predicted s | error | compute | collectives | bubble | transfers |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for x in result["rows"]:
+        t = x["terms_s"]
+        rtt = f"{x['rtt_ms']:.1f}" if x["rtt_ms"] is not None else ""
+        lines.append(f"| {x['trial']}{' (calibration)' if x['calibration'] else ''} | {rtt} | {x['measured_s']:.3g} | "
+                     f"{x['predicted_s']:.3g} | {100 * x['error']:+.0f}% | {t['compute']:.3g} | {t['collectives']:.3g} | "
+                     f"{t['pipeline_bubble']:.3g} | {t['pipeline_transfers']:.3g} |")
+    return "\n".join(lines) + "\n"

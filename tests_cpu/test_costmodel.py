@@ -1,0 +1,98 @@
+"""The cost model (harness.costmodel) and `python -m harness predict`, at paper scale.
+
+Its agreement with measured trials is tested where the trials are measured (test_claims.py);
+here, its parts: TCP's window and slow start, the terms of each technique, and the command.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness import costmodel, slices
+from harness.cli import main
+from harness.config import model_config
+
+GPT2M = model_config("gpt2m")
+NET = costmodel.Network()
+
+
+def test_one_connection_is_capped_by_window_over_rtt():
+    rtt = 0.1
+    big = 1e9
+    rate = big / (NET.send_s(big, rtt) - NET.send_s(big / 2, rtt)) * 0.5
+    assert rate == pytest.approx(NET.window_bytes / rtt, rel=0.01)
+    assert NET.send_s(big, 0.0) == pytest.approx(big / NET.link_bytes_per_s)
+
+
+def test_slow_start_costs_round_trips_before_the_window_opens():
+    rtt = 0.02
+    iw = NET.initial_window_bytes
+    assert NET.send_s(iw, rtt) == pytest.approx(rtt / 2 + rtt)  # one window: one round trip after the first byte leaves
+    assert NET.send_s(3 * iw, rtt) == pytest.approx(rtt / 2 + 2 * rtt)  # then the window doubles
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(slices.TABLE_I_ORDER), st.floats(0.0, 200.0), st.floats(0.1, 100.0))
+def test_every_step_grows_with_rtt_and_is_the_sum_of_its_terms(name, rtt_a, extra):
+    sl = slices.load(name)
+    vms = tuple(vm.name for vm in sl.vms)
+    for technique in ("Data", "ZeRO2", "Shard", "Pipeshard"):
+        near = costmodel.predict(technique, costmodel.with_rtt(sl, rtt_a), vms, GPT2M)
+        far = costmodel.predict(technique, costmodel.with_rtt(sl, rtt_a + extra), vms, GPT2M)
+        assert far.step_s >= near.step_s
+        assert near.step_s == pytest.approx(sum(near.terms.values()))
+
+
+def test_at_paper_scale_the_two_site_order_is_the_papers():
+    """C2's order, predicted: Pipeshard < Data < ZeRO2 < Shard on every two-site slice of Table I,
+    and Pipeshard's step grows least from TACC-TACC's RTT to GAT-AMST's."""
+    for sl in slices.table_i()[1:]:
+        vms = tuple(vm.name for vm in sl.vms)
+        steps = {t: costmodel.predict(t, sl, vms, GPT2M).step_s for t in ("Pipeshard", "Data", "ZeRO2", "Shard")}
+        assert list(steps) == sorted(steps, key=steps.get), f"{sl.name}: {steps}"
+    near, far = slices.load("TACC-TACC"), slices.load("GAT-AMST")
+    growth = {t: costmodel.predict(t, far, ("vm1", "vm2"), GPT2M).step_s
+              - costmodel.predict(t, near, ("vm1", "vm2"), GPT2M).step_s for t in ("Pipeshard", "Data", "ZeRO2", "Shard")}
+    assert min(growth, key=growth.get) == "Pipeshard" and max(growth, key=growth.get) == "Shard"
+
+
+def test_a_faster_gpu_computes_faster_and_memory_decides_what_fits():
+    sl = slices.load("UTAH-GPN")  # vm1 RTX 6000 (16.3 TFLOP/s fp32), vm2 T4 (8.1)
+    rtx, t4 = (costmodel.predict("Data", sl, (vm,), GPT2M) for vm in ("vm1", "vm2"))
+    assert t4.terms["compute"] / rtx.terms["compute"] == pytest.approx(16.3 / 8.1)
+    assert rtx.memory_limit_bytes == 24e9 and t4.memory_limit_bytes == 16e9
+    big = costmodel.Setup(batch_per_gpu=16)
+    assert not costmodel.predict("Data", sl, ("vm2",), GPT2M, big).fits
+
+
+def test_pipeshard_pays_the_bubble_and_the_transfers_the_others_do_not():
+    sl = slices.load("UTAH-MASS")
+    p = costmodel.predict("Pipeshard", sl, ("vm1", "vm2"), GPT2M)
+    d = costmodel.predict("Data", sl, ("vm1", "vm2"), GPT2M)
+    assert p.terms["pipeline_bubble"] > 0 and p.terms["pipeline_transfers"] > 0
+    assert d.terms["pipeline_bubble"] == d.terms["pipeline_transfers"] == 0
+    assert p.terms["collectives"] < d.terms["collectives"]  # only the tied embedding crosses VMs
+
+
+def test_predict_command_prints_one_json_document_in_seconds():
+    out = subprocess.run([sys.executable, "-m", "harness", "predict", "--slice", "GAT-AMST", "--model", "gpt2L",
+                          "--tokens", "1e6", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert {(p["technique"], tuple(p["vms"])) for p in doc["predictions"]} == {
+        (t, vms) for t in ("Data", "ZeRO2", "Shard", "Pipeshard") for vms in (("vm1", "vm2"), ("vm1",), ("vm2",))}
+    for p in doc["predictions"]:
+        assert p["epochs_s"] == pytest.approx(p["step_s"] * 20 * 1e6 / (p["gpus"] * 4 * 1024))
+        assert set(p["terms_s"]) == {"compute", "collectives", "pipeline_bubble", "pipeline_transfers"}
+
+
+@pytest.mark.parametrize("args, field", [(["--slice", "nowhere"], "slice 'nowhere'"), (["--model", "gpt5"], "model"),
+                                         (["--efficiency", "0"], "--efficiency"), (["--micro-batches", "3"], "--micro-batches"),
+                                         (["--tokens", "-1"], "--tokens")])
+def test_predict_names_bad_input(args, field, capsys):
+    assert main(["predict", *args]) == 2
+    err = capsys.readouterr().err
+    assert field in err and err.count("\n") == 1, err
