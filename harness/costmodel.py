@@ -81,7 +81,7 @@ class Network:
         carried = first * (2**opening - 1)  # what those round trips carry
         if nbytes <= carried:
             return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s
-        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / cap * rtt_s
+        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / min(self.window_bytes / rtt_s, self.link_bytes_per_s)
 
     def ring_s(self, nbytes: float, hosts: int, devices: int, rtt_s: float, phases: int) -> float:
         """A ring collective over hosts x devices moving nbytes per rank: phases = 2 for an

@@ -73,6 +73,18 @@ def test_c7_runs_algorithm_1_over_the_trials_of_each_two_site_slice():
                                                          rtt=0.1))).status == "not shown"
 
 
+def test_c3_counts_runs_within_the_noise_of_the_fastest_as_ties():
+    def single(data, shard):
+        return claims.Table([trial("Data", "S", data, vms=("vm1",)), trial("Shard", "S", shard, vms=("vm1",)),
+                             trial("Pipeshard", "S", [9.0] * 3, vms=("vm1",))])
+
+    assert claims.c3_data_most(single([1.0] * 3, [2.0] * 3)).status == "holds"
+    assert claims.c3_data_most(single([2.0] * 3, [1.0] * 3)).status == "contradicted"
+    # Shard's median is faster, but by less than the spread of the repeats: a tie
+    verdict = claims.c3_data_most(single([1.0, 1.2, 1.4], [0.9, 1.1, 1.3]))
+    assert verdict.status == "within noise" and "Data 1, Shard 1" in verdict.evidence[1]
+
+
 def test_sensitivity_compares_growth_with_rtt():
     recs = []
     for tech, lo, hi in (("Pipeshard", 1.2, 1.3), ("Data", 1.0, 3.0), ("ZeRO2", 1.0, 4.0), ("Shard", 1.5, 15.0)):
@@ -102,6 +114,9 @@ def test_compare_flags_a_slowdown_beyond_the_threshold_and_a_worse_verdict(tmp_p
     # A part declared as a limit of the backend may flip between runs: reported, not a regression.
     flip = compare.compare(base, run_folder(tmp_path, "flip", 1.0, verdict="contradicted", deviation="known"))
     assert flip["worse_declared_limits"] == {"C1.two-site": ["holds", "contradicted"]} and not flip["regressed"]
+    # Weaker but nothing beyond the noise: reported, not a regression.
+    weaker = compare.compare(base, run_folder(tmp_path, "weaker", 1.0, verdict="within noise"))
+    assert weaker["weaker_verdicts"] == {"C1.two-site": ["holds", "within noise"]} and not weaker["regressed"]
 
 
 @pytest.mark.parametrize("text, field", [

@@ -96,3 +96,14 @@ def test_predict_names_bad_input(args, field, capsys):
     assert main(["predict", *args]) == 2
     err = capsys.readouterr().err
     assert field in err and err.count("\n") == 1, err
+
+
+def test_a_three_site_slice_with_per_site_rtts_is_priced_by_its_slowest_link(tmp_path):
+    path = tmp_path / "three.toml"
+    path.write_text('name = "THREE"\nnetwork = "L2STS"\nrtt_ms = {"A-B" = 10.0, "A-C" = 80.0, "B-C" = 75.0}\n'
+                    + "".join(f'[[vm]]\nname = "vm{i}"\nsite = "{s}"\ngpus = 2\ngpu = "A30"\n' for i, s in enumerate("ABC", 1)))
+    sl = slices.load(str(path))
+    both = {t: costmodel.predict(t, sl, ("vm1", "vm2"), GPT2M) for t in ("Data", "Pipeshard")}
+    every = {t: costmodel.predict(t, sl, ("vm1", "vm2", "vm3"), GPT2M) for t in ("Data", "Pipeshard")}
+    assert every["Data"].terms["collectives"] > both["Data"].terms["collectives"]  # 80 ms against 10 ms
+    assert every["Pipeshard"].notes[-1].startswith("blocks per stage") and every["Pipeshard"].gpus == 6

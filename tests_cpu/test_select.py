@@ -17,7 +17,7 @@ def test_select_runs_the_trials_it_needs_records_each_and_decides(tmp_path):
     if problem:
         pytest.skip(f"cannot emulate slices here: {problem}")
     before = leftovers()
-    out = subprocess.run([sys.executable, "-m", "harness", "select", "--slice", "UTAH-GPN", "--model", "scale-tiny",
+    out = subprocess.run([sys.executable, "-m", "harness", "select", "--slice", "TACC-TACC", "--model", "scale-tiny",
                           "--out", str(tmp_path), "--planner", "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)

@@ -32,7 +32,7 @@ MODES = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="two slices (TACC-TACC, UTAH-GPN) and 3 repeats: about 8 minutes on a 2-core machine "
-                        "(default: all five Table I slices, 5 repeats: about 40 minutes)")
+                        "(default: all five Table I slices, 5 repeats: about 35 minutes)")
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help="run the claims on this slice instead (repeatable): a Table I name or your own slice file")
     p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
