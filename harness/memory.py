@@ -26,6 +26,9 @@ from harness.slices import Slice
 from harness.techniques import TECHNIQUES, ClusterShape, technique
 
 SOURCE = "xla-cpu-memory-analysis (compile only)"
+# The program is never run, so LLVM need not optimise its machine code: buffer assignment, which
+# the memory analysis reads, happens before, on the HLO. Measured: the same bytes, 27% less time.
+COMPILE_ONLY = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Assumptio
     start = time.perf_counter()
     plan = tech.build(model_cfg, shape, cfg, total_steps=1)
     _, abstract = model.abstract_init(model_cfg)
-    compiled = plan.step.lower(*plan.abstract_args(abstract, batch, model_cfg.n_positions)).compile()
+    compiled = plan.step.lower(*plan.abstract_args(abstract, batch, model_cfg.n_positions)).compile(COMPILE_ONLY)
     analysis = compiled.memory_analysis()
     return {"bytes_per_device": train.needed_bytes(compiled), "arguments": int(analysis.argument_size_in_bytes),
             "temporaries": int(analysis.temp_size_in_bytes), "compile_s": time.perf_counter() - start,

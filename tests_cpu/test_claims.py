@@ -17,7 +17,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness import claims, claims_plugin, costmodel_check, data, train
+from harness import claims, claims_plugin, costmodel_check, data, records, train
+from harness.commands import select as select_command
 from harness.claims_plugin import check_claim, claim_slices, ensure_trials, run_trial, trial_list
 from harness.emulation import netns
 
@@ -81,7 +82,7 @@ def test_every_trial_trains_exactly_like_the_single_device_reference(runner, cla
         where = f"{technique} on {'+'.join(vms)}"
         np.testing.assert_allclose(losses[:EXACT_STEPS], references[cfg.batch_size][:EXACT_STEPS], rtol=1e-4, err_msg=where)
         np.testing.assert_allclose(losses, references[cfg.batch_size], rtol=5e-2, err_msg=where)
-    assert len(runner.history) == 10  # four techniques on both VMs and on VM1; Data and Shard on VM2
+    assert len(runner.history) == 9  # four techniques on both VMs; three on VM1; Data and Shard on VM2
 
 
 @pytest.fixture(scope="session")
@@ -112,3 +113,24 @@ def test_cost_model_ranks_the_trials_as_measured(runner, claims_log, pytestconfi
         for pick in (min, max):
             assert (pick(rows, key=lambda x: x["measured_s"])["technique"]
                     == pick(rows, key=lambda x: x["predicted_s"])["technique"]), costmodel_check.markdown(result)
+
+
+def test_select_decides_from_real_trials_on_this_cluster(runner, pytestconfig, tmp_path):
+    """`python -m harness select`'s decision on the two-site slice, on this module's cluster (the
+    command brings its own up the same way): both modes from one set of trials, each trained and
+    recorded once; the planner's skips are counted. Last in the module: it trains past the
+    sweep that the reference test above checks."""
+    sl = next((s for s in claim_slices(pytestconfig) if s.rtt_ms >= 1.0), None)
+    if sl is None:
+        pytest.skip("no two-site slice in this run")
+    measure = select_command.Trials(runner, sl, tmp_path / "results.jsonl")
+    decisions = select_command.decide(measure, ["published", "corrected"], 0.1,
+                                      select_command.predictor(sl, runner.budget), 0.3)
+    recs = records.read(tmp_path / "results.jsonl")
+    ran = {(r["technique"], tuple(r["cluster"]["vms_used"])) for r in recs}
+    assert len(recs) == len(ran) == len(select_command.trial_table(measure))
+    assert ("Pipeshard", ("vm1", "vm2")) in ran and all(r["status"] == "ok" for r in recs)
+    assert [d["mode"] for d in decisions] == ["published", "corrected"]
+    for d in decisions:
+        assert {(x["technique"], tuple(x["vms"])) for x in d["trials"] if not x.get("skipped")} <= ran
+        assert (d["technique"], tuple(d["vms"])) in ran, d["rule"]

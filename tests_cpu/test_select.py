@@ -1,7 +1,13 @@
-"""`python -m harness select` end to end: Algorithm 1 over real trials on an emulated slice."""
+"""`python -m harness select`: bad input, and Ctrl-C in the middle of its trials.
+
+Its decisions over real trials are tested on the claims' cluster (test_claims.py), through the
+same code the command runs once it has brought its own emulated slice up.
+"""
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,31 +18,6 @@ from harness.emulation import netns
 from leaks import back_to, leftovers
 
 
-def test_select_runs_the_trials_it_needs_records_each_and_decides(tmp_path):
-    problem = netns.missing_privileges()
-    if problem:
-        pytest.skip(f"cannot emulate slices here: {problem}")
-    before = leftovers()
-    out = subprocess.run([sys.executable, "-m", "harness", "select", "--slice", "TACC-TACC", "--model", "scale-tiny",
-                          "--out", str(tmp_path), "--planner", "--json"], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    doc = json.loads(out.stdout)
-    recs = records.read(Path(doc["report_dir"]) / "results.jsonl")
-    ran = {(r["technique"], tuple(r["cluster"]["vms_used"])) for r in recs}
-    # both modes decided from one set of trials; each trial trained and was recorded once
-    assert [d["mode"] for d in doc["decisions"]] == ["published", "corrected"]
-    assert len(recs) == len(ran) == len(doc["trials"])
-    assert ("Pipeshard", ("vm1", "vm2")) in ran and all(r["status"] == "ok" and len(r["losses"]) == 3 for r in recs)
-    for d in doc["decisions"]:
-        measured = [(x["technique"], tuple(x["vms"])) for x in d["trials"] if not x.get("skipped")]
-        assert set(measured) <= ran
-        assert d["technique"] is not None and (d["technique"], tuple(d["vms"])) in ran
-    # the emulated VMs are identical: the planner can only skip a technique, never a VM
-    assert doc["planner"] == {"on": True, "margin": 0.3, "trials_saved": doc["planner"]["trials_saved"]}
-    assert json.loads((Path(doc["report_dir"]) / "selection.json").read_text())["decisions"] == doc["decisions"]
-    assert back_to(before) == before
-
-
 @pytest.mark.parametrize("args, field", [(["--delta", "0"], "--delta"), (["--steps", "2"], "--steps"),
                                          (["--slice", "nowhere"], "slice 'nowhere'"), (["--eps", "-1"], "--eps"),
                                          (["--margin", "-1"], "--margin")])
@@ -44,3 +25,25 @@ def test_select_names_bad_input_before_starting_anything(args, field, capsys):
     assert main(["select", *args]) == 2
     err = capsys.readouterr().err
     assert field in err and err.count("\n") == 1, err
+
+
+def test_ctrl_c_in_select_records_the_interrupted_trial_and_leaves_nothing_behind(tmp_path):
+    problem = netns.missing_privileges()
+    if problem:
+        pytest.skip(f"cannot emulate slices here: {problem}")
+    before = leftovers()
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "select", "--slice", "TACC-TACC", "--model", "scale-tiny",
+                             "--out", str(tmp_path), "--json"], stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / "stderr.log", "w"), text=True)
+    deadline = time.monotonic() + 300
+    while leftovers()["workers"] <= before["workers"]:  # the first trial's workers are up: mid-run
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-2000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (tmp_path / "stderr.log").read_text()[-2000:]
+    doc = json.loads(out)  # still exactly one JSON document
+    assert doc["interrupted"] and doc["decisions"] == []
+    recs = records.read(Path(doc["report_dir"]) / "results.jsonl")
+    assert (recs[-1]["status"], recs[-1]["reason"]) == ("error", "interrupted by the user")
+    assert back_to(before) == before

@@ -83,6 +83,19 @@ class Trials:
         return selection.average_tflops(self.records[key])
 
 
+def decide(measure: Trials, modes: list[str], delta: float, predicted=None, margin: float = 0.3) -> list[dict]:
+    """Each mode's decision, all from the one set of trials `measure` runs and records."""
+    names = [vm.name for vm in measure.slice.vms]
+    return [selection.select(mode, names, measure, delta, measure.slice.gpus_per_vm, predicted, margin).to_dict()
+            for mode in modes]
+
+
+def trial_table(measure: Trials) -> list[dict]:
+    return [{"technique": r["technique"], "vms": r["cluster"]["vms_used"], "status": r["status"],
+             "T": selection.average_tflops(r), "median_step_s": r["timing"]["median_step_s"],
+             "record_id": r["record_id"]} for r in measure.records.values()]
+
+
 def run(args) -> tuple[int, dict]:
     sl = slices.load(args.slice)
     model_config(args.model)
@@ -109,15 +122,11 @@ def run(args) -> tuple[int, dict]:
     try:
         with trials.emulated([sl], budget) as runner:
             measure = Trials(runner, sl, out / "results.jsonl")
-            predicted = predictor(sl, budget) if args.planner else None
-            for mode in modes:
-                result["decisions"].append(selection.select(mode, names, measure, args.delta, sl.gpus_per_vm,
-                                                            predicted, args.margin).to_dict())
+            result["decisions"] = decide(measure, modes, args.delta, predictor(sl, budget) if args.planner else None,
+                                         args.margin)
     except KeyboardInterrupt:
         result["interrupted"], status = True, INTERRUPTED
-    result["trials"] = [{"technique": r["technique"], "vms": r["cluster"]["vms_used"], "status": r["status"],
-                         "T": selection.average_tflops(r), "median_step_s": r["timing"]["median_step_s"],
-                         "record_id": r["record_id"]} for r in (measure.records.values() if measure else [])]
+    result["trials"] = trial_table(measure) if measure else []
     skipped = {(x["technique"], tuple(x["vms"])) for d in result["decisions"] for x in d["trials"] if x.get("skipped")}
     result["planner"] = {"on": args.planner, "margin": args.margin,
                          "trials_saved": len(skipped - {(t["technique"], tuple(t["vms"])) for t in result["trials"]})}
