@@ -1,4 +1,5 @@
 """What the suite may have started, for the tests that check it is all stopped again."""
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -23,3 +24,10 @@ def back_to(before: dict, timeout: float = 60) -> dict:
     while (now := leftovers()) != before and time.monotonic() < deadline:
         time.sleep(0.5)
     return now
+
+
+def interruptible() -> None:
+    """preexec_fn for a child the test will Ctrl-C: a test run started in the background
+    (`cmd &` from a script, nohup) ignores SIGINT and its children inherit that; give the child a
+    terminal's Ctrl-C back."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

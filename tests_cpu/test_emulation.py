@@ -16,7 +16,7 @@ from harness.emulation import netns
 from harness.emulation.network import EmulatedNetwork, measure_rtt, measure_throughput, tcp_window_bytes
 from harness.emulation.ray_cluster import RayCluster
 from harness.jobs import Job
-from leaks import back_to, leftovers
+from leaks import back_to, interruptible, leftovers
 from techniques_setup import MODEL, TRAIN
 
 MISSING = netns.missing_privileges()
@@ -125,7 +125,7 @@ with EmulatedNetwork(slices.load("UTAH-GPN")) as net, RayCluster(net):
 
 
 def start_slice_process():
-    proc = subprocess.Popen([sys.executable, "-c", BRING_UP], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", BRING_UP], stdout=subprocess.PIPE, text=True, preexec_fn=interruptible)
     assert proc.stdout.readline().strip() == "up"
     return proc
 

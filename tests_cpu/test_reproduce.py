@@ -10,7 +10,7 @@ import pytest
 
 from harness import records
 from harness.emulation import netns
-from leaks import back_to, leftovers
+from leaks import back_to, interruptible, leftovers
 
 
 def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_path):
@@ -20,7 +20,7 @@ def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_pa
     before = leftovers()
     proc = subprocess.Popen([sys.executable, "-m", "harness", "reproduce", "--quick", "--model", "scale-tiny",
                              "--out", str(tmp_path), "--json"], stdout=subprocess.PIPE,
-                            stderr=open(tmp_path / "stderr.log", "w"), text=True)
+                            stderr=open(tmp_path / "stderr.log", "w"), text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 300
     while leftovers()["workers"] <= before["workers"]:  # the first trial's workers are up: mid-run
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-2000:]

@@ -86,7 +86,10 @@ def _pytest(argv: list[str]) -> int:
     """pytest in a child process with its output on our stderr. Ctrl-C (or SIGTERM) is passed on,
     so that its fixtures record the interrupted trial, write the report and tear the emulated
     slice down; we wait for that and return 130."""
-    proc = subprocess.Popen(argv, stdout=sys.stderr, cwd=ROOT, start_new_session=True)
+    # Run in the background (nohup, `&` from a script), we ignore SIGINT and the child would too:
+    # give it SIGINT back, or the Ctrl-C we pass on (after a SIGTERM to us) could not stop it.
+    proc = subprocess.Popen(argv, stdout=sys.stderr, cwd=ROOT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         return proc.wait()
     except KeyboardInterrupt:
