@@ -5,6 +5,8 @@ same code the command runs once it has brought its own emulated slice up with tr
 whose teardown on Ctrl-C test_reproduce.py checks.
 """
 
+import math
+
 import pytest
 
 from harness.cli import main
@@ -18,3 +20,17 @@ def test_select_names_bad_input_before_starting_anything(args, field, capsys):
     err = capsys.readouterr().err
     assert field in err and err.count("\n") == 1, err
 
+
+
+def test_eps_is_counted_in_steps_of_the_all_vm_batch():
+    """--eps EPOCHS becomes a step budget: epochs x steps per epoch at the batch of all VMs (8 here)."""
+    from argparse import Namespace
+
+    from harness import data, slices
+    from harness.commands.select import steps_for
+
+    per_epoch = data.prepare(4096, 128, 8, data.load_corpus()).steps_per_epoch(8)
+    sl = slices.load("UTAH-GPN")
+    assert steps_for(Namespace(eps=0.05, steps=3, model="scale-small"), sl) == math.ceil(0.05 * per_epoch)
+    assert steps_for(Namespace(eps=1e-6, steps=3, model="scale-small"), sl) == 3  # never below 3 timed steps
+    assert steps_for(Namespace(eps=None, steps=7, model="scale-small"), sl) == 7

@@ -53,7 +53,7 @@ def steps_for(args, sl: slices.Slice) -> int:
     cfg = model_config(args.model)
     batch = trials.Budget.batch_per_gpu * sl.gpus_per_vm * len(sl.vms)
     packed = data.prepare(cfg.vocab_size, TrainConfig(batch_size=batch).resolved_seq_len(cfg), batch, data.load_corpus())
-    return max(3, math.ceil(args.eps * packed.steps_per_epoch))
+    return max(3, math.ceil(args.eps * packed.steps_per_epoch(batch)))
 
 
 class Trials:
