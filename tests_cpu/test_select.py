@@ -1,4 +1,4 @@
-"""`python -m harness select`: bad input is named before anything starts.
+"""`python -m harness select`: bad input is named before anything starts; --eps becomes a step budget.
 
 Its decisions over real trials are tested on the claims' cluster (test_claims.py), through the
 same code the command runs once it has brought its own emulated slice up with trials.emulated,
