@@ -1,12 +1,13 @@
 """Regression tracking: a run's records and verdicts against a baseline run's.
 
 A trial (technique, slice, VMs, model) regresses when its median step time grows by more than
-the threshold (default +50%: this suite runs on small, noisy, shared machines, where repeated
-runs of the same code differ by up to ~30%); it also regresses when it failed and did not before.
-A claim part regresses when its verdict becomes contradicted or not shown, unless the part is a
-declared limit of the backend (its verdict is reported, as it may flip between runs). A verdict
-that only weakens from holds to within noise is reported, not counted: by definition nothing went
-against the paper beyond the noise, and such parts flip between runs of the same code.
+the threshold (default +50%: this suite runs on small, noisy, shared machines), when it failed
+and did not before, and when it was in the baseline and is not in the run.
+A claim part regresses when it is gone from the run, or when the verdict of its comparisons that
+the backend has not declared as limits becomes contradicted or not shown. A change that comes
+only from declared comparisons is reported (they may flip between runs), as is a verdict that
+only weakens from holds to within noise: by definition nothing went against the paper beyond the
+noise, and such parts flip between runs of the same code.
 """
 import json
 from pathlib import Path
@@ -26,11 +27,14 @@ def load(run: Path) -> tuple[dict, dict]:
     timed = {key(r): r for r in records.read(run / "results.jsonl")
              if "compile only" not in (r["memory"]["source"] or "")}
     verdicts_file = run / "claims.json"
-    # Parts with a declared limit of the backend may flip between runs; they are compared but not
-    # counted as regressions.
-    verdicts = ({v["part"]: (v["status"], bool(v.get("deviation"))) for v in json.loads(verdicts_file.read_text())["verdicts"]}
-                if verdicts_file.is_file() else {})
+    # part -> (verdict, verdict of the comparisons not declared as limits of the backend)
+    verdicts = ({v["part"]: (v["status"], v.get("undeclared_status", v["status"]))
+                 for v in json.loads(verdicts_file.read_text())["verdicts"]} if verdicts_file.is_file() else {})
     return timed, verdicts
+
+
+def worse(a: str, b: str) -> bool:
+    return claims.ORDER.index(b) > claims.ORDER.index(a)
 
 
 def compare(baseline: Path, current: Path, threshold: float = THRESHOLD) -> dict:
@@ -48,15 +52,20 @@ def compare(baseline: Path, current: Path, threshold: float = THRESHOLD) -> dict
             rows.append({"trial": k, "baseline_s": tb, "current_s": tc, "change": change})
             if change > threshold:
                 slower.append(k)
-    changed = {p: [base_verdicts[p][0], cur_verdicts[p][0]] for p in sorted(set(base_verdicts) & set(cur_verdicts))
-               if claims.ORDER.index(cur_verdicts[p][0]) > claims.ORDER.index(base_verdicts[p][0])}
-    worse = {p: v for p, v in changed.items() if not cur_verdicts[p][1] and v[1] != "within noise"}
-    weaker = {p: v for p, v in changed.items() if not cur_verdicts[p][1] and v[1] == "within noise"}
-    declared = {p: v for p, v in changed.items() if cur_verdicts[p][1]}
+    vanished = sorted(set(base_trials) - set(cur_trials))
+    parts_gone = sorted(set(base_verdicts) - set(cur_verdicts))
+    both = sorted(set(base_verdicts) & set(cur_verdicts))
+    worse_, weaker, declared = {}, {}, {}
+    for p in both:
+        (b_all, b_own), (c_all, c_own) = base_verdicts[p], cur_verdicts[p]
+        if worse(b_own, c_own):
+            (weaker if c_own == claims.NOISE else worse_)[p] = [b_own, c_own]
+        elif worse(b_all, c_all):
+            declared[p] = [b_all, c_all]
     return {"baseline": str(baseline), "threshold": threshold, "trials_compared": len(rows),
-            "slower": slower, "newly_failed": failed, "worse_verdicts": worse, "weaker_verdicts": weaker,
-            "worse_declared_limits": declared,
-            "rows": rows, "regressed": bool(slower or failed or worse)}
+            "slower": slower, "newly_failed": failed, "vanished_trials": vanished, "vanished_parts": parts_gone,
+            "worse_verdicts": worse_, "weaker_verdicts": weaker, "worse_declared_limits": declared,
+            "rows": rows, "regressed": bool(slower or failed or vanished or parts_gone or worse_)}
 
 
 def summary(result: dict) -> str:
@@ -65,6 +74,8 @@ def summary(result: dict) -> str:
     lines = [head]
     lines += [f"  slower: {k}" for k in result["slower"]]
     lines += [f"  newly failed: {k}" for k in result["newly_failed"]]
+    lines += [f"  in the baseline, not in the run: {k}" for k in result["vanished_trials"]]
+    lines += [f"  claim part in the baseline, not in the run: {p}" for p in result["vanished_parts"]]
     lines += [f"  verdict {p}: {a} -> {b}" for p, (a, b) in result["worse_verdicts"].items()]
     lines += [f"  verdict {p}: {a} -> {b} (nothing beyond the noise: not a regression)"
               for p, (a, b) in result["weaker_verdicts"].items()]

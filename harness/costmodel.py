@@ -137,7 +137,7 @@ class Devices:
     def of(cls, sl: slices.Slice, vms: tuple[str, ...], precision: str, efficiency: float = COMPUTE_EFFICIENCY):
         chosen = [vm for vm in sl.vms if vm.name in vms]
         return cls(tuple(vm.accelerator.peak_tflops(precision) * 1e12 * efficiency for vm in chosen),
-                   tuple(vm.accelerator.memory_bytes for vm in chosen), sl.gpus_per_vm)
+                   tuple(vm.accelerator.usable_bytes for vm in chosen), sl.gpus_per_vm)
 
 
 def network_for(sl: slices.Slice) -> Network:

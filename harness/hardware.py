@@ -4,6 +4,13 @@ Peaks are per device, without sparsity. "fp32" is plain FP32 (CUDA cores); "tens
 16-bit tensor-core peak (FP16 on Turing, BF16/FP16 on Ampere and Hopper). MFU divides achieved
 FLOP/s by the peak of the precision the run used; a CPU has no entry, so its MFU is left unset
 unless the user gives a peak.
+
+Memory: a "16 GB" T4 or a "24 GB" RTX 6000 has 16 or 24 GiB (binary, as nvidia-smi counts MiB),
+not 16e9 or 24e9 bytes. A program cannot use all of it: the paper's stack (Alpa on Ray) lets
+XLA's allocator take XLA_MEMORY_FRACTION of each GPU, Alpa's default
+(XLA_PYTHON_CLIENT_MEM_FRACTION = 0.9, alpa/global_env.py), and leaves the rest to the CUDA
+context and the cuDNN/cuBLAS workspaces. A step fits a GPU when it needs at most `usable_bytes`.
+(With ECC on, a T4 shows 15 GiB rather than 16; the data-sheet capacity is used here.)
 """
 from dataclasses import dataclass
 
@@ -11,12 +18,13 @@ from harness.errors import BadInput
 
 GiB = 1024**3
 GB = 1000**3
+XLA_MEMORY_FRACTION = 0.9
 
 
 @dataclass(frozen=True)
 class Accelerator:
     name: str
-    memory_bytes: int
+    memory_bytes: int  # capacity, from the data sheet
     peak_tflops_fp32: float
     peak_tflops_tensor: float
     source: str
@@ -24,16 +32,24 @@ class Accelerator:
     def peak_tflops(self, dtype: str) -> float:
         return self.peak_tflops_fp32 if dtype == "float32" else self.peak_tflops_tensor
 
+    @property
+    def usable_bytes(self) -> int:
+        """What one step may allocate on this GPU in the paper's stack."""
+        return int(self.memory_bytes * XLA_MEMORY_FRACTION)
+
+    def describe_memory(self) -> str:
+        return f"{self.memory_bytes / GiB:.0f} GiB, {self.usable_bytes / GiB:.1f} GiB usable"
+
 
 ACCELERATORS = {
     a.name: a
     for a in [
-        Accelerator("T4", 16 * GB, 8.1, 65.0, "NVIDIA T4 datasheet"),
-        Accelerator("RTX6000", 24 * GB, 16.3, 130.5, "NVIDIA Quadro RTX 6000 datasheet"),
-        Accelerator("A30", 24 * GB, 10.3, 165.0, "NVIDIA A30 datasheet"),
-        Accelerator("A100-40GB", 40 * GB, 19.5, 312.0, "NVIDIA A100 datasheet"),
-        Accelerator("H100", 80 * GB, 67.0, 989.0, "NVIDIA H100 SXM datasheet"),
-        Accelerator("H200", 141 * GB, 67.0, 989.0, "NVIDIA H200 datasheet"),
+        Accelerator("T4", 16 * GiB, 8.1, 65.0, "NVIDIA T4 datasheet"),
+        Accelerator("RTX6000", 24 * GiB, 16.3, 130.5, "NVIDIA Quadro RTX 6000 datasheet"),
+        Accelerator("A30", 24 * GiB, 10.3, 165.0, "NVIDIA A30 datasheet"),
+        Accelerator("A100-40GB", 40 * GiB, 19.5, 312.0, "NVIDIA A100 datasheet"),
+        Accelerator("H100", 80 * GiB, 67.0, 989.0, "NVIDIA H100 SXM datasheet"),
+        Accelerator("H200", 141 * GB, 67.0, 989.0, "NVIDIA H200 datasheet (141 GB, decimal)"),
     ]
 }
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from harness import model, records, train
 from harness.config import GPTConfig, TrainConfig
+from harness.hardware import GiB
 from harness.netmodel import Links
 from harness.slices import Slice
 from harness.techniques import TECHNIQUES, ClusterShape, technique
@@ -63,7 +64,7 @@ def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: 
         gpus = [vm.accelerator for vm in sl.vms if vm.name in vms]
         return technique(name, micro_batches=a.micro_batches, links=Links.for_rtt(sl.rtt_ms),
                          device_flops=min(g.peak_tflops(a.precision) for g in gpus) * 1e12,
-                         device_memory=min(g.memory_bytes for g in gpus)), shape
+                         device_memory=min(g.usable_bytes for g in gpus)), shape
     if name == "Pipeshard":
         # On one VM, Pipeshard's stages are the VM's GPUs (Alpa's 1x1 submeshes).
         single_vm = ClusterShape(shape.devices_per_host, 1) if shape.hosts == 1 else shape
@@ -103,10 +104,10 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Assumptions, techniqu
                 out.append(record(name, sl, vms, shape, model_cfg, a, None, status, reason))
                 continue
             need = result["bytes_per_device"]
-            short = [vm for vm in sl.vms if vm.name in vms and need > vm.accelerator.memory_bytes]
+            short = [vm for vm in sl.vms if vm.name in vms and need > vm.accelerator.usable_bytes]
             status = "oom" if short else "ok"
-            reason = "; ".join(f"needs {need / 1e9:.1f} GB per GPU, {vm.name}'s {vm.gpu} has "
-                               f"{vm.accelerator.memory_bytes / 1e9:.0f} GB" for vm in short) or None
+            reason = "; ".join(f"needs {need / GiB:.1f} GiB per GPU, {vm.name}'s {vm.gpu} has "
+                               f"{vm.accelerator.describe_memory()}" for vm in short) or None
             out.append(record(name, sl, vms, shape, model_cfg, a, result, status, reason))
     return out
 

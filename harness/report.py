@@ -31,15 +31,16 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
     lines = ["# Claims of the paper, checked", ""]
     lines += [f"- {k}: {v}" for k, v in context.items()]
     lines += ["", "| part | paper says | verdict |", "|---|---|---|"]
-    lines += [f"| {v['part']} | {v['statement']} | {STATUS_MARK[v['status']]}"
-              + (" (a declared limit of this backend, see below)" if v.get("deviation") else "") + " |"
-              for v in verdicts]
+    lines += [f"| {v['part']} | {v['statement']} | {mark(v)} |" for v in verdicts]
     lines += ["", "## Evidence", ""]
     for v in verdicts:
-        lines += [f"### {v['part']}: {STATUS_MARK[v['status']]}", "", v["statement"], ""]
-        lines += [f"- {e}" for e in v["evidence"]]
-        if v.get("deviation"):
-            lines += [f"- declared limit of this backend (when it does not hold here, this is why): {v['deviation']}"]
+        lines += [f"### {v['part']}: {mark(v)}", "", v["statement"], ""]
+        declared = v.get("deviations", {})
+        for c in v.get("comparisons", []):
+            lines.append(f"- {STATUS_MARK[c['status']]}: {c['line']}" + (" (declared limit)" if c["what"] in declared else ""))
+        lines += [f"- {e}" for e in v["evidence"][len(v.get("comparisons", [])):]]
+        lines += [f"- declared limit of this backend for \"{what}\" (when it does not hold here, this is why): {why}"
+                  for what, why in declared.items()]
         lines.append("")
     table = claims.Table(trial_records)
     lines += ["## Trials per slice (time per epoch of the corpus; TFLOP/s per device by Alpa's formula)", ""]
@@ -53,7 +54,7 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
             lines.append(f"| {tech} | " + " | ".join(cells) + " |")
         lines.append("")
     if memory_records:
-        lines += ["## Memory at paper scale (compile-only analysis, GB per GPU; x = out of memory)", "",
+        lines += ["## Memory at paper scale (compile-only analysis, GiB per GPU; x = out of memory)", "",
                   "| model | slice | VMs | " + " | ".join(TECHNIQUES) + " |", "|---|---|---|" + "---|" * 4]
         mem = claims.MemoryTable(memory_records)
         for model, s, vms in sorted(mem.placements()):
@@ -61,12 +62,28 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
             for tech in TECHNIQUES:
                 r = mem.index.get((model, tech, s, vms))
                 need = r and r["memory"]["bytes_per_device"]
-                row.append("" if r is None else (f"{need / 1e9:.1f}" if need else "") + ("" if r["status"] == "ok" else " x"))
+                row.append("" if r is None else (f"{need / 2**30:.1f}" if need else "")
+                           + {"ok": "", "oom": " x"}.get(r["status"], " crashed"))
             lines.append(f"| {model} | {s} | {'+'.join(vms)} | " + " | ".join(row) + " |")
         lines.append("")
     if figures:
         lines += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
     return "\n".join(lines)
+
+
+def mark(v: dict) -> str:
+    """The part's verdict, and whether a declared limit or a crash stands behind it."""
+    text = STATUS_MARK[v["status"]]
+    if v.get("crashed"):
+        text += f" (trials crashed: {', '.join(v['crashed'])})"
+    declared = v.get("deviations", {})
+    if declared and v["status"] != "holds":
+        if all(c["what"] in declared for c in v.get("comparisons", [])):
+            text += f"; every comparison is a declared limit of this backend ({', '.join(declared)})"
+        else:
+            text += (f"; without the declared limits ({', '.join(declared)}): "
+                     f"{STATUS_MARK[v.get('undeclared_status', v['status'])]}")
+    return text
 
 
 def cell(r: dict | None) -> str:

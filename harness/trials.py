@@ -116,6 +116,7 @@ class Runner:
         self.groups: dict[tuple, str] = {}  # VMs -> worker group
         self.built: dict[tuple, dict | TrialFailed] = {}  # (VMs, technique) -> build answer or failure
         self.rtt_ms: dict[str, float] = {}  # measured, per slice
+        self.link_bytes_per_s = network.link_rate() if network is not None else None
         # The optimizer schedule spans the whole sweep (each slice's warm-up and timed steps), so
         # the losses of every compiled step, warm-up included (history), are those of a plain run
         # of that length: the single-device reference checks them.
@@ -244,7 +245,8 @@ class Runner:
             micro_batches=self.budget.micro_batches, plan=running.info.get("description"),
             cluster={"slice": trial.slice, "vms_used": vms, "hosts": len(vms),
                      "devices_per_host": self.devices_per_host,
-                     "network": {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None}},
+                     "network": {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None,
+                                 **({"link_bytes_per_s": self.link_bytes_per_s} if crosses and self.link_bytes_per_s else {})}},
             memory={"bytes_per_device": running.info.get("bytes_per_device"),
                     "source": "xla-memory-analysis of the compiled step" if running.info else None})
 

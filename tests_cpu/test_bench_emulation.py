@@ -1,16 +1,16 @@
 """Benchmarks of the emulated network (pytest-benchmark JSON): userspace link throughput at zero
-added delay (aim: 1 GB/s on a 2-core machine), RTT per Table I target, slice bring-up and teardown."""
+added delay (aim: 1 GB/s on a 2-core machine, asserted with room for a busy machine), slice
+bring-up and teardown. The RTT per Table I target is benchmarked and asserted in test_emulation."""
 import time
 
 import pytest
 
 from harness import slices
-from harness.emulation import netns
-from harness.emulation.network import EmulatedNetwork, measure_rtt, measure_throughput
+from harness.emulation.network import EmulatedNetwork, measure_throughput
 from harness.emulation.ray_cluster import RayCluster
+from privileges import emulation  # noqa: F401 (a fixture)
 
-MISSING = netns.missing_privileges()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+pytestmark = pytest.mark.usefixtures("emulation")
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +25,9 @@ def test_userspace_link_throughput_at_zero_delay(benchmark, net):
     rates = []
     benchmark.pedantic(lambda: rates.append(measure_throughput(net, "vm1", "vm2", nbytes)), rounds=3)
     benchmark.extra_info.update(bytes=nbytes, bytes_per_s=max(rates), all_bytes_per_s=rates)
-
-
-@pytest.mark.parametrize("target", [0.1, 20.2, 57.4, 95.9, 103.0])
-def test_rtt_per_target(benchmark, net, target):
-    net.set_rtt(target)
-    measured = benchmark.pedantic(lambda: measure_rtt(net, "vm1", "vm2", count=10), rounds=1)
-    benchmark.extra_info.update(target_rtt_ms=target, rtt_ms=measured, error_ms=measured - target)
+    # The aim is 1 GB/s (measured 1.05-1.15 on an idle 2-core machine); a quarter of it still
+    # carries the scale model's traffic, and a link that drops or serialises packets falls far below.
+    assert max(rates) >= 0.25e9, f"{max(rates) / 1e6:.0f} MB/s"
 
 
 def test_bring_up_and_teardown(benchmark):

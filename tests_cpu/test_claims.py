@@ -20,19 +20,38 @@ import pytest
 from harness import claims, claims_plugin, costmodel_check, data, records, train
 from harness.commands import select as select_command
 from harness.claims_plugin import check_claim, claim_slices, ensure_trials, run_trial, trial_list
-from harness.emulation import netns
+from privileges import require_emulation
 
+# Comparisons this backend cannot show, each with the reason (see claims_plugin.check_claim): they
+# are reported as expected failures with their evidence when they do not hold; every other
+# comparison of the same part still fails the test.
+_GLOO = ("over gloo's TCP collectives, Data's one all-reduce of all 17 MB of gradients (XLA combines them) takes "
+         "about as long as, and from ~57 ms longer than, ZeRO2's reduce-scatter and all-gather of each tensor "
+         "(16 + 16 collectives)")
+_COMPUTE_BOUND = ("at 0.1 ms the scale model is compute-bound on one core per VM, so Pipeshard's pipeline bubble "
+                  "(2 microbatches, 2 stages) costs more than Data's and ZeRO2's collectives; the paper's GPUs were "
+                  "not compute-bound this way")
+_ZERO2_T4 = ("in XLA's memory analysis ZeRO2 saves ~4 GiB per GPU over Data for gpt2L (19.1 vs 22.8 GiB at the "
+             "stated assumptions), not enough to bring it under a T4's usable 14.4 GiB")
+_SPMD_PIPESHARD = ("our Pipeshard is one SPMD program sized for its larger stage on every GPU, so a T4 or a 24 GiB GPU "
+                   "must hold what Alpa's per-stage (MPMD) programs split between the VMs")
+_ONE_PROGRAM_PER_HARDWARE = ("the analysis gives one figure per technique, model and GPU, at one stated setup; the "
+                             "paper's outcomes on the same hardware differ between slices (see C4.observed), so its "
+                             "setup must have differed, and at ours ZeRO2 fits gpt2L on 2 x 24 GiB (20.3 GiB)")
 DEVIATIONS = {
-    "C1.single-site": "at 0.1 ms the scale model is compute-bound on one core per VM, so Pipeshard's pipeline "
-                      "bubble (2 microbatches, 2 stages) costs more than Data's all-reduce; the paper's GPUs "
-                      "were not compute-bound this way",
-    "C2.order": "over gloo's TCP collectives, Data's one all-reduce of all 17 MB of gradients (XLA combines them) "
-                "takes about as long as, and from ~57 ms longer than, ZeRO2's reduce-scatter and all-gather of "
-                "each tensor (16 + 16 collectives), so Data < ZeRO2 comes out only at some RTTs",
-    "C2.sensitivity": "same cause as C2.order: ZeRO2's time grows with RTT about as much as Data's over gloo, "
-                      "and less from ~57 ms",
-    "C4.zero2-only": "in XLA's memory analysis ZeRO2 saves ~4 GB per GPU over Data for gpt2L (20.5 vs 24.4 GB at "
-                     "the stated assumptions), not enough to bring it under a T4's 16 GB while Data stays above",
+    "C1.single-site": {"Pipeshard vs Data": _COMPUTE_BOUND, "Pipeshard vs ZeRO2": _COMPUTE_BOUND},
+    "C2.order": {"Data vs ZeRO2": _GLOO + ", so Data < ZeRO2 comes out only at some RTTs"},
+    "C2.sensitivity": {"ZeRO2 degrades more than Data": _GLOO + ", so ZeRO2's time grows with RTT about as much "
+                                                                "as Data's, and less from ~57 ms"},
+    "C7.geo-pipeshard": {"picks Pipeshard on all VMs": "on the scale model one VM alone trains faster than Pipeshard "
+                                                        "on both VMs at 20 ms (C5's mechanism, on every slice), and "
+                                                        "Algorithm 1's T per GPU favours the single VM twice over: step 5 "
+                                                        "answers a single VM"},
+    "C4.zero2-only": {"ZeRO2 runs": _ZERO2_T4},
+    "C4.gpt2L-one-vm": {"gpt2L fits no technique on one VM in most slices": _ONE_PROGRAM_PER_HARDWARE},
+    "C4.observed": {"gpt2m on 4 GPUs: Pipeshard ran": _SPMD_PIPESHARD, "gpt2l on 4 GPUs: Pipeshard ran": _SPMD_PIPESHARD,
+                    "gpt2L on 4 GPUs: Pipeshard ran": _SPMD_PIPESHARD,
+                    "gpt2L on 4 GPUs: ZeRO2 ran": _ZERO2_T4, "gpt2L on 4 GPUs: ZeRO2 failed": _ONE_PROGRAM_PER_HARDWARE},
 }
 
 
@@ -40,9 +59,7 @@ DEVIATIONS = {
 # Ray processes and workers) through the rest of the session, where it would disturb other timings.
 @pytest.fixture(scope="module")
 def runner(pytestconfig):
-    problem = netns.missing_privileges()
-    if problem:
-        pytest.skip(f"cannot emulate slices here: {problem}")
+    require_emulation()
     from harness import trials
 
     with trials.emulated(claim_slices(pytestconfig), claims_plugin.budget(pytestconfig)) as r:
@@ -67,9 +84,10 @@ def test_claim(claim, runner, claims_log, pytestconfig):
 EXACT_STEPS = 8
 
 
-def test_every_trial_trains_exactly_like_the_single_device_reference(runner, claims_log, pytestconfig):
+def test_every_trial_follows_the_single_device_reference(runner, claims_log, pytestconfig):
     """The trials are real training: every compiled step of the sweep (every technique, on both VMs
-    and on one, across the latency changes) gives the single-device trainer's losses, step for step."""
+    and on one, across the latency changes) gives the single-device trainer's losses step for step,
+    to 1e-4 for the first EXACT_STEPS steps and within 5% after (see above)."""
     ensure_trials(runner, claims_log, trial_list(pytestconfig))
     references = {}
     for (vms, technique), losses in runner.history.items():
@@ -82,7 +100,7 @@ def test_every_trial_trains_exactly_like_the_single_device_reference(runner, cla
         where = f"{technique} on {'+'.join(vms)}"
         np.testing.assert_allclose(losses[:EXACT_STEPS], references[cfg.batch_size][:EXACT_STEPS], rtol=1e-4, err_msg=where)
         np.testing.assert_allclose(losses, references[cfg.batch_size], rtol=5e-2, err_msg=where)
-    assert len(runner.history) == 9  # four techniques on both VMs; three on VM1; Data and Shard on VM2
+    assert len(runner.history) == 10  # four techniques on both VMs and on VM1; Data and Shard on VM2
 
 
 @pytest.fixture(scope="session")
@@ -91,11 +109,9 @@ def memory_table(pytestconfig, claims_log):
     return claims_log.memory
 
 
-@pytest.mark.parametrize("part", range(5), ids=["C4.most", "C4.least", "C4.fails-first", "C4.zero2-only",
-                                                 "C4.gpt2L-one-vm"])
-def test_memory_claim(part, memory_table, claims_log, pytestconfig):
-    verdict = claims.judge_memory(memory_table, claim_slices(pytestconfig))[part]
-    check_claim(verdict, claims_log, DEVIATIONS)
+@pytest.mark.parametrize("claim", claims.MEMORY_CLAIMS, ids=lambda c: c.__name__)
+def test_memory_claim(claim, memory_table, claims_log, pytestconfig):
+    check_claim(claim(claims.MemoryTable(memory_table, claim_slices(pytestconfig))), claims_log, DEVIATIONS)
 
 
 def test_cost_model_ranks_the_trials_as_measured(runner, claims_log, pytestconfig):

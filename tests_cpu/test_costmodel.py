@@ -59,6 +59,15 @@ def test_at_paper_scale_the_two_site_order_is_the_papers():
     assert min(growth, key=growth.get) == "Pipeshard" and max(growth, key=growth.get) == "Shard"
 
 
+def test_at_paper_scale_data_on_one_rtx_vm_beats_pipeshard_on_all_four_gpus_of_tacc_tacc():
+    """C5, predicted: gpt2m with Data on TACC-TACC's 2 RTX alone trains faster than Pipeshard on
+    all 4 GPUs (time to train the same tokens goes as 1 / total TFLOP/s)."""
+    sl = slices.load("TACC-TACC")
+    alone = costmodel.predict("Data", sl, ("vm1",), GPT2M)
+    every = costmodel.predict("Pipeshard", sl, ("vm1", "vm2"), GPT2M)
+    assert alone.tflops_per_gpu * alone.gpus > every.tflops_per_gpu * every.gpus
+
+
 def test_a_faster_gpu_computes_faster_and_memory_decides_what_fits():
     sl = slices.load("UTAH-GPN")  # vm1 RTX 6000 (16.3 TFLOP/s fp32), vm2 T4 (8.1)
     rtx, t4 = (costmodel.predict("Data", sl, (vm,), GPT2M) for vm in ("vm1", "vm2"))

@@ -17,10 +17,10 @@ from harness.emulation.network import EmulatedNetwork, measure_rtt, measure_thro
 from harness.emulation.ray_cluster import RayCluster
 from harness.jobs import Job
 from leaks import back_to, interruptible, leftovers
+from privileges import emulation  # noqa: F401 (a fixture)
 from techniques_setup import MODEL, TRAIN
 
-MISSING = netns.missing_privileges()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+pytestmark = pytest.mark.usefixtures("emulation")
 TABLE_I_RTTS = [0.1, 20.2, 57.4, 95.9, 103.0]
 
 
@@ -30,16 +30,29 @@ def net():
         yield network
 
 
+@pytest.fixture(scope="module")
+def base_rtt(net):
+    """The RTT of the path without added delay (namespaces, TUNs, relay, probe processes): what the
+    machine costs, as opposed to what the link adds."""
+    net.set_rtt(0.0)
+    return measure_rtt(net, "vm1", "vm2")
+
+
 @pytest.mark.parametrize("target", TABLE_I_RTTS)
-def test_rtt_is_within_5_percent_plus_0_3_ms_of_target(net, target):
+def test_the_link_adds_the_target_rtt_within_5_percent_plus_0_05_ms(net, base_rtt, target, benchmark):
+    """Both RTTs as ping reports them (the fastest of 50 spaced probes), so the check weighs what
+    the link adds and not how busy the machine is. 0.05 ms is tighter than the smallest target
+    (0.1 ms): a link that adds nothing fails it. The measurement is also a benchmark (JSON)."""
     net.set_rtt(target)
-    measured = measure_rtt(net, "vm1", "vm2", count=20)
-    assert abs(measured - target) <= 0.05 * target + 0.3, f"measured {measured:.3f} ms for {target} ms"
+    added = benchmark.pedantic(lambda: measure_rtt(net, "vm1", "vm2"), rounds=1) - base_rtt
+    benchmark.extra_info.update(target_rtt_ms=target, added_ms=added, base_rtt_ms=base_rtt, error_ms=added - target)
+    assert abs(added - target) <= 0.05 * target + 0.05, f"the link adds {added:.3f} ms for {target} ms (base {base_rtt:.3f} ms)"
+    assert base_rtt < 0.5, f"the path without delay takes {base_rtt:.3f} ms"
 
 
-def test_slice_rtt_is_restored_after_a_sweep(net):
+def test_slice_rtt_is_restored_after_a_sweep(net, base_rtt):
     net.set_rtt(None)
-    assert abs(measure_rtt(net, "vm1", "vm2") - 20.2) <= 0.05 * 20.2 + 0.3
+    assert abs(measure_rtt(net, "vm1", "vm2") - base_rtt - 20.2) <= 0.05 * 20.2 + 0.05
 
 
 def test_bulk_tcp_throughput_falls_as_window_over_rtt(net):

@@ -9,14 +9,12 @@ from pathlib import Path
 import pytest
 
 from harness import records
-from harness.emulation import netns
+from privileges import require_emulation
 from leaks import back_to, interruptible, leftovers
 
 
 def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_path):
-    problem = netns.missing_privileges()
-    if problem:
-        pytest.skip(f"cannot emulate slices here: {problem}")
+    require_emulation()
     before = leftovers()
     proc = subprocess.Popen([sys.executable, "-m", "harness", "reproduce", "--quick", "--model", "scale-tiny",
                              "--out", str(tmp_path), "--json"], stdout=subprocess.PIPE,

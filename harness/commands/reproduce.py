@@ -104,7 +104,8 @@ def _pytest(argv: list[str]) -> int:
 
 def summary(result: dict) -> str:
     lines = [f"run {result['run_id']}: {result['wall_s']:.0f} s, report in {result['report_dir']}/claims.md"]
-    lines += [f"  {v['part']:18} {v['status']}" + (" (declared: this backend cannot show it)" if v.get("deviation") else "")
+    lines += [f"  {v['part']:18} {v['status']}" + (f" (declared limits: {', '.join(v['deviations'])}; without them: {v['undeclared_status']})"
+                                                 if v.get("deviations") else "")
               for v in result["verdicts"]]
     if "comparison" in result:
         lines.append(compare.summary(result["comparison"]))

@@ -14,12 +14,11 @@ it says so. Every result records the mechanism that carried it.
 """
 import json
 import os
-import statistics
 import subprocess
 import sys
 import uuid
 
-from harness.emulation import netns
+from harness.emulation import netns, probe
 from harness.slices import Slice
 
 SUBNET = "198.18.0"
@@ -115,6 +114,17 @@ class EmulatedNetwork:
         if self.relay.stdout.readline().strip() != "ok":
             raise RuntimeError("the delay link did not accept the new delay")
 
+    def link_rate(self, nbytes: int = 256 * 2**20) -> float:
+        """Bytes per second of one TCP flow between the first two VMs at no added delay: what the
+        link itself carries (the cost model's figure for it). The link's delays are restored."""
+        a, b, *_ = self.netns
+        saved = self.rtt_ms
+        self.set_rtt(0.0)
+        try:
+            return measure_throughput(self, a, b, nbytes)
+        finally:
+            self.set_rtt(saved)
+
     def popen(self, vm: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """A process inside VM `vm` (its namespace, its /etc/hosts)."""
         return subprocess.Popen(["ip", "netns", "exec", self.netns[vm], *argv], **kwargs)
@@ -145,13 +155,14 @@ def _server(net: EmulatedNetwork, vm: str, mode: str, port: int) -> subprocess.P
     return proc
 
 
-def measure_rtt(net: EmulatedNetwork, a: str, b: str, count: int = 20, port: int = 7101) -> float:
-    """Median RTT in ms between VMs a and b, measured with UDP probes from a to an echo in b."""
+def measure_rtt(net: EmulatedNetwork, a: str, b: str, count: int = probe.PROBES, port: int = 7101) -> float:
+    """RTT in ms between VMs a and b as ping reports it (the fastest of `count` UDP probes from a
+    to an echo in b)."""
     server = _server(net, b, "echo", port)
     try:
         out = net.run(a, [sys.executable, "-m", "harness.emulation.probe", "ping", net.address[b], str(port),
                           str(count)], capture_output=True, text=True, check=True)
-        return statistics.median(json.loads(out.stdout)["rtt_ms"])
+        return probe.min_rtt_ms(json.loads(out.stdout)["rtt_ms"])
     finally:
         server.kill()
         server.wait()

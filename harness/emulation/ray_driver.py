@@ -4,8 +4,8 @@ It reads requests on stdin, one JSON object per line, and answers each with one 
     {"do": "nodes"}                       -> the alive nodes: address and resources
     {"do": "where"}                       -> for each VM, the address its pinned actor sees
     {"do": "rtt", "a": vm, "b": vm}       -> RTT in ms between two VMs, measured by their actors: the
-                                             lowest of 20 probes, as ping's min (busy or idle VMs add
-                                             wake-up delays of up to ~1 ms to single probes here)
+                                             lowest of probe.PROBES spaced probes, as ping's min (busy
+                                             or idle VMs add wake-up delays to single probes here)
     {"do": "train", "jobs": [...], "devices_per_host": d, "heartbeat_s": 30}
                                           -> per VM, the results of harness.worker running the jobs
     {"do": "open", "group": g, "vms": [...], "devices_per_host": d}
@@ -31,6 +31,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from harness.emulation import probe
 from harness.launch import describe_failure
 
 COORDINATOR_PORT = 7310
@@ -158,8 +159,8 @@ class Driver:
                 return dict(zip(vms, addresses))
             if do == "rtt":
                 ray.get(actors[1].echo.remote())
-                rtts = ray.get(actors[0].ping.remote(addresses[1], request.get("count", 20)))
-                return min(rtts)
+                rtts = ray.get(actors[0].ping.remote(addresses[1], request.get("count", probe.PROBES)))
+                return probe.min_rtt_ms(rtts)
             if do == "train":
                 return dict(zip(vms, ray.get([a.train.remote(request["jobs"], env_for(request, addresses[0], vms, i, vm),
                                                              request.get("timeout", 900))
