@@ -72,7 +72,8 @@ def test_a_faster_gpu_computes_faster_and_memory_decides_what_fits():
     sl = slices.load("UTAH-GPN")  # vm1 RTX 6000 (16.3 TFLOP/s fp32), vm2 T4 (8.1)
     rtx, t4 = (costmodel.predict("Data", sl, (vm,), GPT2M) for vm in ("vm1", "vm2"))
     assert t4.terms["compute"] / rtx.terms["compute"] == pytest.approx(16.3 / 8.1)
-    assert rtx.memory_limit_bytes == 24e9 and t4.memory_limit_bytes == 16e9
+    # The cards' GiB, less the share XLA's allocator leaves to the driver and CUDA context.
+    assert rtx.memory_limit_bytes == int(0.9 * 24 * 2**30) and t4.memory_limit_bytes == int(0.9 * 16 * 2**30)
     big = costmodel.Setup(batch_per_gpu=16)
     assert not costmodel.predict("Data", sl, ("vm2",), GPT2M, big).fits
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness import slices
-from harness.emulation import netns
+from harness.emulation import netns, probe
 from harness.emulation.network import EmulatedNetwork, measure_rtt, measure_throughput, tcp_window_bytes
 from harness.emulation.ray_cluster import RayCluster
 from harness.jobs import Job
@@ -30,29 +30,54 @@ def net():
         yield network
 
 
-@pytest.fixture(scope="module")
-def base_rtt(net):
-    """The RTT of the path without added delay (namespaces, TUNs, relay, probe processes): what the
-    machine costs, as opposed to what the link adds."""
-    net.set_rtt(0.0)
-    return measure_rtt(net, "vm1", "vm2")
+@pytest.mark.parametrize("target", TABLE_I_RTTS)
+def test_the_link_holds_each_packet_for_half_the_target_rtt_each_way(net, target):
+    """Measured inside the link, from a packet's read to its write: never early, and the median
+    within 5% + 0.02 ms of half the RTT. This is the check that resolves 0.1 ms, which a probe
+    between two processes on a busy 2-core machine cannot (see the next test)."""
+    net.set_rtt(target)
+    net.held_ms()  # forget the packets of earlier tests
+    measure_rtt(net, "vm1", "vm2")
+    held = net.held_ms()
+    for direction in (("vm1", "vm2"), ("vm2", "vm1")):
+        times = sorted(held[direction])
+        assert len(times) >= probe.PROBES, f"{direction}: {len(times)} packets held"
+        median = times[len(times) // 2]
+        assert times[0] >= target / 2 - 1e-6, f"{direction}: a packet left after {times[0]:.4f} ms"
+        assert median <= 1.05 * target / 2 + 0.02, f"{direction}: median hold {median:.4f} ms for {target / 2} ms"
+
+
+def added_rtt(net, target: float, rounds: int = 3) -> tuple[float, float]:
+    """What the link adds to the RTT at `target`, and the path's own RTT, measured side by side:
+    the two alternate, so that a spell of load on the machine touches both and not one."""
+    base, delayed = [], []
+    for _ in range(rounds):
+        net.set_rtt(0.0)
+        base.append(measure_rtt(net, "vm1", "vm2"))
+        net.set_rtt(target)
+        delayed.append(measure_rtt(net, "vm1", "vm2"))
+    return min(delayed) - min(base), min(base)
 
 
 @pytest.mark.parametrize("target", TABLE_I_RTTS)
-def test_the_link_adds_the_target_rtt_within_5_percent_plus_0_05_ms(net, base_rtt, target, benchmark):
-    """Both RTTs as ping reports them (the fastest of 50 spaced probes), so the check weighs what
-    the link adds and not how busy the machine is. 0.05 ms is tighter than the smallest target
-    (0.1 ms): a link that adds nothing fails it. The measurement is also a benchmark (JSON)."""
-    net.set_rtt(target)
-    added = benchmark.pedantic(lambda: measure_rtt(net, "vm1", "vm2"), rounds=1) - base_rtt
-    benchmark.extra_info.update(target_rtt_ms=target, added_ms=added, base_rtt_ms=base_rtt, error_ms=added - target)
-    assert abs(added - target) <= 0.05 * target + 0.05, f"the link adds {added:.3f} ms for {target} ms (base {base_rtt:.3f} ms)"
-    assert base_rtt < 0.5, f"the path without delay takes {base_rtt:.3f} ms"
+def test_probes_see_the_target_rtt_added_within_5_percent_plus_0_5_ms(net, target, benchmark):
+    """End to end, as ping reports it (the fastest of spaced UDP probes), less the path's own RTT.
+    0.5 ms is the machine, not the link: on this 2-core VM with one core kept busy, the path's own
+    fastest RTT ranged 0.1-0.5 ms from one second to the next (measured with 50 and 200 probes),
+    so a 0.1 ms target is checked by the link's own account above. Also a benchmark (JSON)."""
+    added, base = benchmark.pedantic(lambda: added_rtt(net, target), rounds=1)
+    benchmark.extra_info.update(target_rtt_ms=target, added_ms=added, base_rtt_ms=base, error_ms=added - target)
+    assert abs(added - target) <= 0.05 * target + 0.5, f"probes see {added:.3f} ms added for {target} ms (base {base:.3f} ms)"
+    assert base < 1.0, f"the path without delay takes {base:.3f} ms"
 
 
-def test_slice_rtt_is_restored_after_a_sweep(net, base_rtt):
+def test_slice_rtt_is_restored_after_a_sweep(net):
+    net.set_rtt(57.4)
     net.set_rtt(None)
-    assert abs(measure_rtt(net, "vm1", "vm2") - base_rtt - 20.2) <= 0.05 * 20.2 + 0.05
+    net.held_ms()
+    measure_rtt(net, "vm1", "vm2")
+    times = sorted(net.held_ms()[("vm1", "vm2")])
+    assert abs(times[len(times) // 2] - 20.2 / 2) <= 0.05 * 20.2 / 2 + 0.02, times[len(times) // 2]
 
 
 def test_bulk_tcp_throughput_falls_as_window_over_rtt(net):

@@ -10,12 +10,15 @@ Run as `python -m harness.emulation.delaylink` with one JSON object on the first
     {"endpoints": [["/var/run/netns/<ns>", "tun0", "198.18.0.1"], ...],
      "links": [["198.18.0.1", "198.18.0.2", one_way_delay_s, rate_bytes_per_s or null], ...]}
 (a delay of null takes that direction of the link down: its packets are dropped).
-It prints `ready` once every TUN exists. Later lines change links live ({"links": [...]}) or
-stop it ({"stop": true}); end of stdin stops it too. Stopping closes the TUNs, which removes them.
+It prints `ready` once every TUN exists. Later lines change links live ({"links": [...]}, answered
+`ok`), ask how long the link held the packets it released since the last such question
+({"held": true}, answered {"src>dst": [ms, ...]}: the latest HELD_KEPT per direction), or stop it
+({"stop": true}); end of stdin stops it too. Stopping closes the TUNs, which removes them.
 """
 import ctypes
 import fcntl
 import heapq
+from collections import defaultdict, deque
 import json
 import os
 import select
@@ -31,6 +34,7 @@ SPIN_S = 0.0015  # epoll sleeps in whole milliseconds: the last stretch before a
 # After traffic the relay keeps polling this long before it sleeps: a reply usually comes back
 # within it, and waking a sleeping process costs a good part of a 0.1 ms RTT on a small VM.
 BUSY_POLL_S = 0.002
+HELD_KEPT = 1000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -60,8 +64,10 @@ class Relay:
         # source + destination address (the 8 bytes at offset 12 of an IPv4 header) -> link
         self.route: dict[bytes, tuple[int, float, float | None]] = {}
         self.free_at: dict[bytes, float] = {}
-        self.queue: list = []  # (due, seq, out_fd, packet)
+        self.queue: list = []  # (due, seq, out_fd, packet, arrived)
         self.seq = 0
+        # What the link adds, measured where it is added: from a packet's read to its release.
+        self.held: dict[bytes, deque] = defaultdict(lambda: deque(maxlen=HELD_KEPT))
 
     def set_links(self, links) -> None:
         """(src, dst, one-way delay s, rate B/s or None); a delay of None takes the link down."""
@@ -83,16 +89,17 @@ class Relay:
             if link is None or packet[0] >> 4 != 4:
                 continue  # not IPv4 between two VMs (e.g. IPv6 router solicitations): dropped
             out, delay, rate = link
+            now = time.monotonic()
             if delay == 0.0 and rate is None and not queue:
+                self.held[packet[12:20]].append(0.0)
                 self._write(out, packet)  # the fast path: nothing to wait for
                 continue
-            now = time.monotonic()
             depart = now
             if rate:
                 key = packet[12:20]
                 depart = max(now, self.free_at.get(key, now)) + len(packet) / rate
                 self.free_at[key] = depart
-            heapq.heappush(queue, (depart + delay, self.seq, out, packet))
+            heapq.heappush(queue, (depart + delay, self.seq, out, packet, now))
             self.seq += 1
 
     def deliver_due(self) -> float | None:
@@ -102,9 +109,16 @@ class Relay:
             due = self.queue[0][0]
             if due > now:
                 return due - now
-            _, _, out, packet = heapq.heappop(self.queue)
+            _, _, out, packet, arrived = heapq.heappop(self.queue)
+            self.held[packet[12:20]].append(now - arrived)  # the write's own cost is the machine's, as at no delay
             self._write(out, packet)
         return None
+
+    def take_held_ms(self) -> dict[str, list[float]]:
+        held = {f"{socket.inet_ntoa(pair[:4])}>{socket.inet_ntoa(pair[4:])}": [t * 1e3 for t in times]
+                for pair, times in self.held.items()}
+        self.held.clear()
+        return held
 
     @staticmethod
     def _write(fd: int, packet: bytes) -> None:
@@ -147,6 +161,9 @@ def serve(control) -> None:
                 message = json.loads(line)
                 if message.get("stop"):
                     return
+                if message.get("held"):
+                    print(json.dumps(relay.take_held_ms()), flush=True)
+                    continue
                 relay.set_links(message.get("links", []))
                 print("ok", flush=True)
 

@@ -114,6 +114,16 @@ class EmulatedNetwork:
         if self.relay.stdout.readline().strip() != "ok":
             raise RuntimeError("the delay link did not accept the new delay")
 
+    def held_ms(self) -> dict[tuple[str, str], list[float]]:
+        """{(a, b): how long the link held each packet from VM a to VM b since the last call, in ms},
+        as the relay measured it between reading and writing the packet: what the link adds,
+        without the scheduling of the processes at either end."""
+        self.relay.stdin.write(json.dumps({"held": True}) + "\n")
+        self.relay.stdin.flush()
+        held = json.loads(self.relay.stdout.readline())
+        return {(a, b): held.get(f"{self.address[a]}>{self.address[b]}", [])
+                for a in self.address for b in self.address if a != b}
+
     def link_rate(self, nbytes: int = 256 * 2**20) -> float:
         """Bytes per second of one TCP flow between the first two VMs at no added delay: what the
         link itself carries (the cost model's figure for it). The link's delays are restored."""
