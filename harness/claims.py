@@ -441,8 +441,12 @@ def c7_single_vm(t: Table, delta: float = 0.1) -> Verdict:
             v.comparisons.append(Comparison(c.what, c.status, f"{c.line}; {line}", c.crashed))
             continue
         singles = [t.get(tech, s, vm) for vm in t.one_vm(s) for tech in ("Data", "Shard")]
-        singles = [r for r in singles if state(r) == "ok"]
         what = "no single VM it passes over trains faster than Pipeshard by more than delta"
+        bad = unusable(what, f"{s}: {line}", *singles)
+        if bad:
+            v.comparisons.append(bad)
+            continue
+        singles = [r for r in singles if state(r) == "ok"]
         if not singles:
             v.comparisons.append(Comparison(what, HOLDS, f"{s}: no single-VM run of Data or Shard ran; {line}"))
             continue
