@@ -23,7 +23,7 @@ DELTA = 0.1
 outcome = st.one_of(st.none(), st.just(("oom", None)), st.just(("error", None)),
                     st.tuples(st.just("ok"), st.lists(st.sampled_from([0.5, 1.0, 1.1, 2.0, 3.0]), min_size=3, max_size=3)))
 spec_strategy = st.fixed_dictionaries({(t, s, w): outcome for t in TECHS for s in (TACC, GPN) for w in WHERE})
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def build(spec: dict, mechanism: str) -> claims.Table:
