@@ -65,6 +65,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {"part": self.part, "statement": self.statement, "status": self.status, "evidence": self.evidence,
+                "notes": self.notes,
                 "comparisons": [{"what": c.what, "status": c.status, "line": c.line, "crashed": list(c.crashed)}
                                 for c in self.comparisons],
                 "crashed": self.crashed}

@@ -38,7 +38,7 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
         declared = v.get("deviations", {})
         for c in v.get("comparisons", []):
             lines.append(f"- {STATUS_MARK[c['status']]}: {c['line']}" + (" (declared limit)" if c["what"] in declared else ""))
-        lines += [f"- {e}" for e in v["evidence"][len(v.get("comparisons", [])):]]
+        lines += [f"- {e}" for e in v.get("notes", [])]
         lines += [f"- declared limit of this backend for \"{what}\" (when it does not hold here, this is why): {why}"
                   for what, why in declared.items()]
         lines.append("")
