@@ -144,7 +144,11 @@ def test_c3_data_most_needs_more_clear_wins_than_anyone_elses_wins():
 
 
 def test_c3_data_most_counts_zero2_and_a_missing_trial_is_no_win():
-    assert claims.c3_data_most(table(*experiment([2.0] * 3, [3.0] * 3, zero2=[1.0] * 3))).status == "contradicted"
+    zero2_wins = claims.c3_data_most(table(*experiment([2.0] * 3, [3.0] * 3, zero2=[1.0] * 3)))
+    assert zero2_wins.status == "contradicted"
+    # one comparison per rival: ZeRO2's clear win contradicts only "more than ZeRO2"
+    assert {c.what.rsplit(" ", 1)[1]: c.status for c in zero2_wins.comparisons} == {
+        "ZeRO2": "contradicted", "Shard": "within noise", "Pipeshard": "within noise"}
     missing = single_vm({"Data": [1.0] * 3, "Shard": [2.0] * 3, "Pipeshard": [3.0] * 3})  # no ZeRO2
     assert claims.c3_data_most(table(*missing)).status == "not shown"
     crashed = claims.c3_data_most(table(*experiment([1.0] * 3, [2.0] * 3, status={"Shard": "error"})))
