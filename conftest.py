@@ -9,19 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.suite import options
+
 # Four CPU devices in the test process, so that one process can play a 1x4, 2x2 or 4x1 cluster.
 # Set before JAX is imported anywhere; it has no effect on GPU backends.
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 
-pytest_plugins = ["harness.claims_plugin"]
-
 MARKER_BY_DIR = {"tests_cpu": "cpu", "tests_gpu": "gpu", "tests_fabric": "fabric"}
-INVENTORY_ENV = "HARNESS_SLICE_INVENTORY"
-
-
-def pytest_addoption(parser):
-    parser.addoption("--slice-inventory", default=os.environ.get(INVENTORY_ENV), metavar="FILE",
-                     help=f"TOML inventory of a live slice for the fabric tests (or set {INVENTORY_ENV})")
+# The claims' options, fixtures and markers come from the harness's own pytest plugin
+# (harness/suite/plugin.py, the pytest11 entry point harness-claims), loaded wherever it is installed.
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,7 +55,7 @@ def gpu_missing_reason() -> str | None:
 
 def inventory_missing_reason(path: str | None) -> str | None:
     if not path:
-        return f"no slice inventory: pass --slice-inventory FILE or set {INVENTORY_ENV}"
+        return f"no slice inventory: pass --slice-inventory FILE or set {options.INVENTORY_ENV}"
     if not Path(path).is_file():
         return f"slice inventory {path} does not exist"
     return None

@@ -17,7 +17,7 @@ loses to the run that ran.
 Training time is compared per epoch of the corpus (median step time x steps per epoch), so that
 runs with different global batches (4 GPUs or one VM) compare as the paper's 20-epoch times do.
 The same functions judge CPU scale-model trials, GPU trials, live slices and predictions; which
-comparisons a backend cannot show is declared by its suite (see claims_plugin.check_claim), per
+comparisons a backend cannot show is declared by its suite (see harness.suite.checks.check_claim), per
 comparison, never for a whole part.
 """
 import math
@@ -25,11 +25,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from harness import paper
+from harness.config import Technique
 
 ALL = "all"
 HOLDS, NOISE, NOT_SHOWN, CONTRADICTED = "holds", "within noise", "not shown", "contradicted"
 ORDER = (HOLDS, NOISE, NOT_SHOWN, CONTRADICTED)  # from best to worst
-TECHNIQUES = ("Data", "ZeRO2", "Shard", "Pipeshard")
 
 
 @dataclass
@@ -119,12 +119,12 @@ class Table:
         by_slice = {s: self.first_vm(s) for s in self.all_slices()}
         by_slice = {s: vm for s, vm in by_slice.items() if vm in self.one_vm(s)}
         if not self.emulated:
-            return [(f"{s} {vm} alone", {t: self.get(t, s, vm) for t in TECHNIQUES}) for s, vm in by_slice.items()]
+            return [(f"{s} {vm} alone", {t: self.get(t, s, vm) for t in Technique}) for s, vm in by_slice.items()]
         groups: dict[str, list[str]] = {}
         for s, vm in by_slice.items():
             groups.setdefault(vm, []).append(s)
         return [(f"{vm} alone (one emulated VM, measured on {', '.join(ss)})",
-                 {t: pooled([self.get(t, s, vm) for s in ss]) for t in TECHNIQUES}) for vm, ss in groups.items()]
+                 {t: pooled([self.get(t, s, vm) for s in ss]) for t in Technique}) for vm, ss in groups.items()]
 
 
 def pooled(recs: list[dict | None]) -> dict | None:
@@ -143,9 +143,10 @@ def pooled(recs: list[dict | None]) -> dict | None:
 
 
 def rtt(table: Table, slice_name: str) -> float:
+    """The slice's RTT as ping gives it, the lowest measured (each record's is already a minimum)."""
     values = [r["cluster"]["network"]["rtt_ms"] for (t, s, v), r in table.index.items()
               if s == slice_name and v == ALL and r["cluster"]["network"]["rtt_ms"] is not None]
-    return statistics.median(values) if values else math.nan
+    return min(values) if values else math.nan
 
 
 def two_site(table: Table) -> list[str]:
@@ -309,7 +310,7 @@ def c3_data_most(t: Table) -> Verdict:
     and ties; within noise otherwise."""
     v = Verdict("C3.data-most", "Of the single-VM experiments, Data wins most often (paper: "
                 + ", ".join(f"{k} {n}" for k, n in paper.SINGLE_VM_WINS.items()) + " of 8; Shard on A30s).")
-    clear, possible = dict.fromkeys(TECHNIQUES, 0), dict.fromkeys(TECHNIQUES, 0)
+    clear, possible = dict.fromkeys(Technique, 0), dict.fromkeys(Technique, 0)
     what = "Data wins most single-VM experiments"
     for name, runs in t.single_vm_experiments():
         bad = unusable(what, f"{name}: " + ", ".join(f"{k} {show(r)}" for k, r in runs.items()), *runs.values())
@@ -321,7 +322,7 @@ def c3_data_most(t: Table) -> Verdict:
         if times[best] == math.inf:
             v.notes.append(f"{name}: every technique out of memory: no winner")
             continue
-        winners = sorted(tech for tech in TECHNIQUES
+        winners = sorted(tech for tech in Technique
                          if times[tech] - times[best] <= noise(runs[tech]) + noise(runs[best]))
         for tech in winners:
             possible[tech] += 1
@@ -335,7 +336,7 @@ def c3_data_most(t: Table) -> Verdict:
               + "; wins or ties " + ", ".join(f"{k} {n}" for k, n in possible.items()))
     # "Most often" is "more often than each rival": one comparison per rival, so that a backend
     # can declare the one rival it cannot separate from Data without hiding the others.
-    for rival in TECHNIQUES[1:]:
+    for rival in list(Technique)[1:]:
         what = f"Data wins more single-VM experiments than {rival}"
         if clear["Data"] > possible[rival]:
             status = HOLDS
@@ -441,7 +442,7 @@ def c7_single_vm(t: Table, delta: float = 0.1) -> Verdict:
         p = t.get("Pipeshard", s)
         if d.technique in ("Data", "Shard") and len(d.vms) == 1:
             c = faster(t.get(d.technique, s, d.vms[0]), p, "the single VM it picks trains faster than Pipeshard "
-                                                            f"by more than delta", s, margin=delta)
+                                                            "by more than delta", s, margin=delta)
             v.comparisons.append(Comparison(c.what, c.status, f"{c.line}; {line}", c.crashed))
             continue
         singles = [t.get(tech, s, vm) for vm in t.one_vm(s) for tech in ("Data", "Shard")]
@@ -485,7 +486,7 @@ class MemoryTable:
 
     def at(self, model: str, s: str, vms: tuple) -> dict:
         """technique -> record (None where not analysed)."""
-        return {tech: self.index.get((model, tech, s, vms)) for tech in TECHNIQUES}
+        return {tech: self.index.get((model, tech, s, vms)) for tech in Technique}
 
 
 def need(r: dict | None) -> int | None:
@@ -535,7 +536,7 @@ def _groups(t: MemoryTable) -> list[tuple[str, dict]]:
 def _extreme(t: MemoryTable, technique: str, most: bool, part: str, statement: str) -> Verdict:
     v = Verdict(part, statement)
     for where, runs in _groups(t):
-        for other in TECHNIQUES:
+        for other in Technique:
             if other == technique:
                 continue
             what = f"{technique} needs {'more' if most else 'less'} than {other}"
@@ -597,7 +598,7 @@ def c4_zero2_only(t: MemoryTable) -> Verdict:
         if model != "gpt2L" or sl is None or len(vms) < 2 or sorted(vm.gpu for vm in sl.vms) != ["RTX6000", "T4"]:
             continue
         runs = t.at(model, s, vms)
-        for tech in TECHNIQUES:
+        for tech in Technique:
             expect = "ok" if tech == "ZeRO2" else "oom"
             what = f"{tech} {'runs' if expect == 'ok' else 'runs out of memory'}"
             line = f"gpt2L on {s} (2 RTX + 2 T4): {what}: {gib(runs[tech])}"

@@ -1,12 +1,22 @@
-"""Model and training configurations as dataclasses; the model itself lives in model.py.
+"""Model, training and trial configurations as dataclasses, and the techniques' names; the model
+itself lives in model.py, the techniques in techniques/.
 
 The paper's models are GPT-2 shapes with 1024 positions (PAPER.md, "Models"). The scale models
 share the architecture exactly and differ only in size, so that everything measured on a CPU
 runs the same code as a paper-scale run.
 """
 from dataclasses import dataclass
+from enum import StrEnum
 
 from harness.errors import BadInput
+
+
+class Technique(StrEnum):
+    """The paper's four techniques, in the order its tables list them."""
+    DATA = "Data"
+    ZERO2 = "ZeRO2"
+    SHARD = "Shard"
+    PIPESHARD = "Pipeshard"
 
 
 @dataclass(frozen=True)
@@ -91,3 +101,21 @@ class TrainConfig:
         if seq_len > model.n_positions:
             raise BadInput(f"seq_len {seq_len} is beyond model {model.name}'s {model.n_positions} positions")
         return seq_len
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every trial trains: the scale model by default (DESIGN.md section 4)."""
+    model: str = "scale-small"
+    batch_per_gpu: int = 2
+    micro_batches: int = 2
+    warmup_steps: int = 1
+    repeats: int = 3
+
+    def __post_init__(self):
+        model_config(self.model)  # names the bad model before anything starts
+        for name in ("batch_per_gpu", "micro_batches", "repeats"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"trial budget: {name} must be positive, got {getattr(self, name)}")
+        if self.repeats < 3:
+            raise BadInput(f"trial budget: repeats must be at least 3 for timed comparisons, got {self.repeats}")

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import resources
 from harness import tokenizer as tok
 from harness.cache import atomic_write, cache_dir
 from harness.errors import BadInput
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-FIXTURE_CORPUS = REPO_ROOT / "fixtures" / "wikipedia"
+FIXTURE_CORPUS = resources.path("wikipedia")
 FIXTURE_CONFIG = "sample.en"
 PAPER_CORPUS, PAPER_CONFIG = "wikimedia/wikipedia", "20231101.ace"
 SCHEMA = ("id", "url", "title", "text")
@@ -82,7 +82,9 @@ def load_corpus(source: str | Path | None = None, config: str | None = None) -> 
     for t in texts:
         digest.update(t.encode())
         digest.update(b"\0")
-    shown = path.resolve().relative_to(REPO_ROOT) if path.resolve().is_relative_to(REPO_ROOT) else source
+    # The shipped sample is named the same wherever the package lives (checkout or site-packages).
+    home = resources.path().parent.parent
+    shown = path.resolve().relative_to(home) if path.resolve().is_relative_to(home) else source
     return Corpus(str(shown), config, texts, digest.hexdigest()[:16])
 
 

@@ -9,10 +9,10 @@ import math
 from pathlib import Path
 
 from harness import claims, records
+from harness.config import Technique
 
 STATUS_MARK = {"holds": "holds", "within noise": "holds within noise", "not shown": "not shown",
                "contradicted": "CONTRADICTED"}
-TECHNIQUES = ("Data", "ZeRO2", "Shard", "Pipeshard")
 
 
 def write(out: Path, trial_records: list[dict], memory_records: list[dict], verdicts: list[dict],
@@ -49,17 +49,17 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
                   "| technique | all VMs: s/epoch | TFLOP/s | " + " | ".join(f"{vm} alone: s/epoch | TFLOP/s"
                                                                       for vm in table.one_vm(s)) + " |",
                   "|---|---|---|" + "---|---|" * len(table.one_vm(s))]
-        for tech in TECHNIQUES:
+        for tech in Technique:
             cells = [cell(table.get(tech, s))] + [cell(table.get(tech, s, vm)) for vm in table.one_vm(s)]
             lines.append(f"| {tech} | " + " | ".join(cells) + " |")
         lines.append("")
     if memory_records:
         lines += ["## Memory at paper scale (compile-only analysis, GiB per GPU; x = out of memory)", "",
-                  "| model | slice | VMs | " + " | ".join(TECHNIQUES) + " |", "|---|---|---|" + "---|" * 4]
+                  "| model | slice | VMs | " + " | ".join(Technique) + " |", "|---|---|---|" + "---|" * 4]
         mem = claims.MemoryTable(memory_records)
         for model, s, vms in sorted(mem.placements()):
             row = []
-            for tech in TECHNIQUES:
+            for tech in Technique:
                 r = mem.index.get((model, tech, s, vms))
                 need = r and r["memory"]["bytes_per_device"]
                 row.append("" if r is None else (f"{need / 2**30:.1f}" if need else "")
@@ -110,14 +110,14 @@ def draw(out: Path, trial_records: list[dict]) -> list[Path]:
         width = 0.8 / len(placements)
         for metric, ax in zip(("epoch", "tflops"), axes):
             for i, (label, vms) in enumerate(placements):
-                xs = [j + i * width for j in range(len(TECHNIQUES))]
-                runs = [table.get(t, s, vms) for t in TECHNIQUES]
+                xs = [j + i * width for j in range(len(Technique))]
+                runs = [table.get(t, s, vms) for t in Technique]
                 values = [value(r, metric) for r in runs]
                 ax.bar(xs, [0 if math.isnan(v) else v for v in values], width, label=label)
                 for x, v, r in zip(xs, values, runs):
                     if r is not None and math.isnan(v):  # failed; a trial not run gets no mark
                         ax.text(x, 0, "x", ha="center", va="bottom", color="red", fontsize=14, fontweight="bold")
-            ax.set_xticks([j + width * (len(placements) - 1) / 2 for j in range(len(TECHNIQUES))], TECHNIQUES)
+            ax.set_xticks([j + width * (len(placements) - 1) / 2 for j in range(len(Technique))], list(Technique))
             ax.set_ylabel("seconds per epoch" if metric == "epoch" else "TFLOP/s per device (Alpa)")
             ax.legend(fontsize=8)
         fig.suptitle(f"{s}: RTT {claims.rtt(table, s):.1f} ms (x = failed trial; no bar = not run)")
@@ -128,7 +128,7 @@ def draw(out: Path, trial_records: list[dict]) -> list[Path]:
         paths.append(path)
     if len(names) > 1:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for t in TECHNIQUES:
+        for t in Technique:
             pts = [(claims.rtt(table, s), value(table.get(t, s), "epoch")) for s in names]
             pts = [(x, y) for x, y in pts if not math.isnan(y)]
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=t)

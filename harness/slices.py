@@ -1,6 +1,6 @@
 """Slices as data: VMs, their sites and GPUs, and the network between them (TOML files).
 
-The five slices of the paper's Table I ship in fixtures/slices/; users write their own in the
+The five slices of the paper's Table I ship with the package (harness/resources/slices/); users write their own in the
 same form, with any number of VMs and sites. `rtt_ms` is one RTT for every pair of VMs, or a
 table with one entry per pair of sites ("UTAH-GPN" = 20.2; VMs at the same site default to
 0.1 ms, an L2Bridge); `bandwidth_gbps` optionally caps every link. Parsing validates everything
@@ -11,10 +11,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import hardware
+from harness import hardware, resources
 from harness.errors import BadInput
 
-TABLE_I = Path(__file__).resolve().parent.parent / "fixtures" / "slices"
+TABLE_I = resources.path("slices")
 TABLE_I_ORDER = ("TACC-TACC", "UTAH-GPN", "UTAH-MASS", "BRIS-STAR", "GAT-AMST")
 
 

@@ -1,7 +1,7 @@
 """Trials: one technique on one slice, on all its VMs or on one, trained for a short budget and timed.
 
 A trial runs real training steps through the harness of the earlier layers: Ray actors pinned one
-per VM start `harness.worker --serve`, which brings up jax.distributed and keeps each technique's
+per VM start `harness.cluster.worker --serve`, which brings up jax.distributed and keeps each technique's
 compiled step alive. The cluster is either
 - emulated (emulated()): a slice's VMs as network namespaces joined by the delay link, one Ray node
   each. The slices of one run differ only in their RTTs (Table I: two VMs of two GPUs each), so one
@@ -19,33 +19,16 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from harness import data, train
-from harness.config import TrainConfig, model_config
+from harness.config import Budget, Technique, TrainConfig, model_config
 from harness.emulation.network import EmulatedNetwork
-from harness.emulation.ray_cluster import Driver, DriverError, RayCluster
+from harness.cluster import protocol
+from harness.cluster.driver_client import DriverClient, DriverError
+from harness.cluster.ray_nodes import RayCluster
 from harness.errors import BadInput
 from harness.jobs import Job
 from harness.slices import Slice
-from harness.techniques import TECHNIQUES
 
 ALL_VMS = "all"
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What every trial trains: the scale model by default (DESIGN.md section 4)."""
-    model: str = "scale-small"
-    batch_per_gpu: int = 2
-    micro_batches: int = 2
-    warmup_steps: int = 1
-    repeats: int = 3
-
-    def __post_init__(self):
-        model_config(self.model)  # names the bad model before anything starts
-        for name in ("batch_per_gpu", "micro_batches", "repeats"):
-            if getattr(self, name) < 1:
-                raise BadInput(f"trial budget: {name} must be positive, got {getattr(self, name)}")
-        if self.repeats < 3:
-            raise BadInput(f"trial budget: repeats must be at least 3 for timed comparisons, got {self.repeats}")
 
 
 @dataclass(frozen=True)
@@ -62,8 +45,8 @@ class Trial:
 def trials_for(sl: Slice, one_vm: list[str] | None = None) -> list[Trial]:
     """Every technique on all VMs, and on each VM of one_vm alone (default: every VM)."""
     one_vm = [vm.name for vm in sl.vms] if one_vm is None else one_vm
-    return ([Trial(t, sl.name, ALL_VMS) for t in TECHNIQUES]
-            + [Trial(t, sl.name, vm) for vm in one_vm for t in TECHNIQUES])
+    return ([Trial(t, sl.name, ALL_VMS) for t in Technique]
+            + [Trial(t, sl.name, vm) for vm in one_vm for t in Technique])
 
 
 @dataclass
@@ -107,7 +90,7 @@ class TrialFailed(RuntimeError):
 class Runner:
     """Runs trials on one Ray cluster; see emulated() and live() for how one is made."""
 
-    def __init__(self, driver: Driver, slices: list[Slice], budget: Budget, devices_per_host: int,
+    def __init__(self, driver: DriverClient, slices: list[Slice], budget: Budget, devices_per_host: int,
                  network: EmulatedNetwork | None = None, platform: str = "cpu", step_timeout_s: float = 600):
         self.driver, self.budget, self.network, self.platform = driver, budget, network, platform
         self.slices = {sl.name: sl for sl in slices}
@@ -205,7 +188,7 @@ class Runner:
             with contextlib.suppress(DriverError):
                 self.driver.request({"do": "close", "group": group})
             raise TrialFailed("error", str(e)) from None
-        problem = next((a["error"] for a in answers.values() if "error" in a), None)
+        problem = next(filter(None, map(protocol.problem, answers.values())), None)
         if problem:
             raise TrialFailed(*problem)
         return answers
@@ -268,5 +251,5 @@ def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu"):
 @contextlib.contextmanager
 def live(sl: Slice, ray_address: str, budget: Budget, platform: str = "gpu"):
     """A running Ray cluster on the VMs of slice `sl`; this machine must be one of its nodes."""
-    with Driver([], ray_address, [vm.name for vm in sl.vms]) as driver:
+    with DriverClient([], ray_address, [vm.name for vm in sl.vms]) as driver:
         yield Runner(driver, [sl], budget, sl.gpus_per_vm, platform=platform)

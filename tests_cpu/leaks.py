@@ -14,8 +14,8 @@ def leftovers() -> dict:
     count = lambda word: sum(word in p for p in live)
     return {"namespaces": set(netns.ours()), "scratch": {p.name for p in Path("/tmp").glob(f"{netns.PREFIX}*")},
             "relays": count("harness.emulation.delaylink"), "raylets": count("raylet"),
-            "gcs": count("gcs_server"), "drivers": count("harness.emulation.ray_driver"),
-            "workers": count("harness.worker")}
+            "gcs": count("gcs_server"), "drivers": count("harness.cluster.ray_driver"),
+            "workers": count("harness.cluster.worker")}
 
 
 def back_to(before: dict, timeout: float = 60) -> dict:

@@ -7,8 +7,7 @@ import pytest
 
 from harness import slices
 from harness.emulation.network import EmulatedNetwork, measure_throughput
-from harness.emulation.ray_cluster import RayCluster
-from privileges import emulation  # noqa: F401 (a fixture)
+from harness.cluster.ray_nodes import RayCluster
 
 pytestmark = pytest.mark.usefixtures("emulation")
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from claim_records import memory, trial
 from harness import claims, compare, inventory, records, slices, trials
 from harness.errors import BadInput
+from tests_cpu.claim_records import memory, trial
 
 TACC, GPN = "TACC-TACC", "UTAH-GPN"
 SLICES = [slices.load(TACC), slices.load(GPN)]
@@ -325,7 +325,7 @@ def test_the_papers_own_observations_disagree_where_it_says_so():
 
 # -- the report's view of a verdict, and the test's ----------------------------------------------------
 def test_a_declared_deviation_covers_its_comparison_only():
-    from harness import claims_plugin
+    from harness.suite import checks
 
     class Log:
         verdicts = {}
@@ -333,15 +333,15 @@ def test_a_declared_deviation_covers_its_comparison_only():
     swapped = {**FAST_PIPESHARD, "ZeRO2": [1.5, 1.5, 1.5]}  # Data vs ZeRO2 against the paper
     verdict = claims.c2_order(table(*all_vms(GPN, 20, swapped)))
     with pytest.raises(pytest.xfail.Exception):
-        claims_plugin.check_claim(verdict, Log(), {"C2.order": {"Data vs ZeRO2": "gloo"}})
+        checks.check_claim(verdict, Log(), {"C2.order": {"Data vs ZeRO2": "gloo"}})
     assert Log.verdicts["C2.order"]["undeclared_status"] == "holds"
     also_shard = {**swapped, "Shard": [1.0] * 3}  # now ZeRO2 vs Shard goes against the paper too
     with pytest.raises(AssertionError, match="C2.order"):
-        claims_plugin.check_claim(claims.c2_order(table(*all_vms(GPN, 20, also_shard))), Log(),
-                                  {"C2.order": {"Data vs ZeRO2": "gloo"}})
+        checks.check_claim(claims.c2_order(table(*all_vms(GPN, 20, also_shard))), Log(),
+                           {"C2.order": {"Data vs ZeRO2": "gloo"}})
     crashed = claims.c2_order(table(*all_vms(GPN, 20, FAST_PIPESHARD, {"Data": "error"})))
     with pytest.raises(pytest.fail.Exception, match="crashed"):
-        claims_plugin.check_claim(crashed, Log(), {"C2.order": {"Data vs ZeRO2": "gloo", "Pipeshard vs Data": "x"}})
+        checks.check_claim(crashed, Log(), {"C2.order": {"Data vs ZeRO2": "gloo", "Pipeshard vs Data": "x"}})
 
 
 # -- regression comparison -----------------------------------------------------------------------------

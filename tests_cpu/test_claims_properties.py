@@ -10,8 +10,8 @@ import statistics
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from claim_records import CORPUS_SEQUENCES, memory, trial
 from harness import claims, paper, slices
+from tests_cpu.claim_records import CORPUS_SEQUENCES, memory, trial
 
 TACC, GPN = "TACC-TACC", "UTAH-GPN"  # 0.1 ms and 20 ms; both 2 RTX + 2 T4
 SLICES = [slices.load(TACC), slices.load(GPN)]

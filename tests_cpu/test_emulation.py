@@ -13,12 +13,16 @@ import pytest
 
 from harness import slices
 from harness.emulation import netns, probe
-from harness.emulation.network import EmulatedNetwork, measure_rtt, measure_throughput, tcp_window_bytes
-from harness.emulation.ray_cluster import RayCluster
+from harness.emulation.network import (
+    EmulatedNetwork,
+    measure_rtt,
+    measure_throughput,
+    tcp_window_bytes,
+)
+from harness.cluster.ray_nodes import RayCluster
 from harness.jobs import Job
-from leaks import back_to, interruptible, leftovers
-from privileges import emulation  # noqa: F401 (a fixture)
-from techniques_setup import MODEL, TRAIN
+from tests_cpu.leaks import back_to, interruptible, leftovers
+from tests_cpu.techniques_setup import MODEL, TRAIN
 
 pytestmark = pytest.mark.usefixtures("emulation")
 TABLE_I_RTTS = [0.1, 20.2, 57.4, 95.9, 103.0]
@@ -155,7 +159,7 @@ BRING_UP = """
 import sys, time
 from harness import slices
 from harness.emulation.network import EmulatedNetwork
-from harness.emulation.ray_cluster import RayCluster
+from harness.cluster.ray_nodes import RayCluster
 with EmulatedNetwork(slices.load("UTAH-GPN")) as net, RayCluster(net):
     print("up", flush=True)
     time.sleep(600)

@@ -11,12 +11,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import pytest
-
 from harness import records, slices
-from privileges import require_emulation
 from harness.emulation.network import EmulatedNetwork, measure_rtt
-from harness.emulation.ray_cluster import RayCluster
+from harness.cluster.ray_nodes import RayCluster
+from harness.suite.privileges import require_emulation
 
 ROOT = Path(__file__).resolve().parents[1]
 RTT_MS = 2.0

@@ -6,11 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from harness import records
-from privileges import require_emulation
-from leaks import back_to, interruptible, leftovers
+from harness.suite.privileges import require_emulation
+from tests_cpu.leaks import back_to, interruptible, leftovers
 
 
 def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_path):

@@ -10,16 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import data, hlo, model, train
+from harness.config import model_config
 from harness.errors import BadInput
 from harness.flops import param_count
 from harness.jobs import Job, execute
-from harness.launch import LocalProcesses
+from harness.cluster.local import LocalProcesses
+from harness.netmodel import Links
 from harness.techniques import TECHNIQUES, ClusterShape, technique
 from harness.techniques.pipeshard import balance
-from harness.config import model_config
-from harness.netmodel import Links
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
-from techniques_setup import MICRO_BATCHES, MODEL, SHAPES, TRAIN, UNTIED
+from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, SHAPES, TRAIN, UNTIED
 
 RTOL = 1e-4
 

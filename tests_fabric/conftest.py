@@ -1,9 +1,9 @@
 import pytest
 
-from harness import inventory
+from harness.suite.backends import live_slice as load_live_slice
 
 
 @pytest.fixture(scope="session")
 def live_slice(pytestconfig):
     """(slice, Ray address, platform) of the live slice described by --slice-inventory."""
-    return inventory.load(pytestconfig.getoption("--slice-inventory"))
+    return load_live_slice(pytestconfig)

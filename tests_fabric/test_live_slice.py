@@ -1,10 +1,10 @@
 """The live slice is what its inventory says: one Ray node per VM, with the listed GPUs."""
-from harness.emulation.ray_cluster import Driver
+from harness.cluster.driver_client import DriverClient
 
 
 def test_ray_cluster_has_one_node_per_vm_with_its_gpus(live_slice):
     sl, address, platform = live_slice
-    with Driver([], address, [vm.name for vm in sl.vms]) as driver:
+    with DriverClient([], address, [vm.name for vm in sl.vms]) as driver:
         nodes = driver.request({"do": "nodes"})
     assert len(nodes) == len(sl.vms)
     assert all(any(vm.name in n["resources"] for n in nodes) for vm in sl.vms), "a VM's custom resource is missing"

@@ -6,8 +6,14 @@ import time
 
 from harness import slices
 from harness.emulation import netns
-from harness.emulation.network import (MECHANISMS, EmulatedNetwork, choose_mechanism, measure_rtt,
-                                       measure_throughput, tcp_window_bytes)
+from harness.emulation.network import (
+    MECHANISMS,
+    EmulatedNetwork,
+    choose_mechanism,
+    measure_rtt,
+    measure_throughput,
+    tcp_window_bytes,
+)
 from harness.errors import BadInput
 
 HELP = "bring up an emulated slice (a network namespace per VM, delay on the packets), probe it, tear it down"
@@ -54,7 +60,7 @@ def run(args) -> tuple[int, dict]:
                                     "window_over_rtt_bytes_per_s": predicted})
         result["tcp_window_bytes"] = window
         if args.ray:
-            from harness.emulation.ray_cluster import RayCluster
+            from harness.cluster.ray_nodes import RayCluster
 
             with RayCluster(net) as cluster:
                 result["ray_nodes"] = cluster.drive({"do": "nodes"})

@@ -1,12 +1,15 @@
 """`python -m harness reproduce`: every trial and claim on the emulated Table I slices, and the report.
 
-It runs the claims suite (tests_cpu/test_claims.py) with pytest, so the report and the tests are
-one and the same judgement: pytest's progress goes to stderr; reports/<run id>/ gets
-results.jsonl, benchmark.json (pytest-benchmark), claims.md, claims.json and the figures. Then the
-run is compared with the committed baseline of its mode (reports/baselines/<mode>/), if there is one.
+It runs the claims suite that ships with the package (harness/suite/emulated.py, which
+tests_cpu/test_claims.py also collects) with pytest, so the report and the tests are one and the
+same judgement, from a checkout or from an installed copy: pytest's progress goes to stderr;
+./reports/<run id>/ gets results.jsonl, benchmark.json (pytest-benchmark), claims.md, claims.json
+and the figures. Then the run is compared with the shipped baseline of its mode
+(harness/resources/baselines/<mode>/), if there is one.
 """
 import argparse
 import datetime
+import importlib.resources
 import json
 import os
 import signal
@@ -15,12 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness import compare, slices
-from harness.errors import BadInput
+from harness import compare, resources, slices
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
-ROOT = Path(__file__).resolve().parents[2]
-SUITE = ROOT / "tests_cpu" / "test_claims.py"
 MODES = {
     # --quick: the two slices that span the paper's regimes, 3 timed steps per trial (about 8 minutes here).
     "quick": {"slices": "quick", "repeats": 3, "memory_models": "gpt2m,gpt2L"},
@@ -36,9 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help="run the claims on this slice instead (repeatable): a Table I name or your own slice file")
     p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
-    p.add_argument("--out", default=str(ROOT / "reports"), metavar="DIR", help="parent of the run folder (default: reports/)")
+    p.add_argument("--out", default="reports", metavar="DIR",
+                   help="parent of the run folder (default: reports/ of the current directory)")
     p.add_argument("--baseline", default=None, metavar="DIR",
-                   help="baseline run folder to compare with (default: reports/baselines/<quick|full>/ when present)")
+                   help="baseline run folder to compare with (default: the shipped baseline of the mode, when there is one)")
     p.add_argument("--threshold", type=float, default=compare.THRESHOLD,
                    help="slowdown of a trial's median step time that counts as a regression (default: %(default)s = +50%%)")
 
@@ -53,17 +54,18 @@ def run(args) -> tuple[int, dict]:
     from harness.config import model_config
 
     model_config(args.model)
-    if not SUITE.is_file():
-        raise BadInput(f"the claims suite {SUITE} is missing: run reproduce from a checkout of the project")
+    suite = Path(str(importlib.resources.files("harness.suite").joinpath("emulated.py")))
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{mode}"
     out = Path(args.out) / run_id
     out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-v", "--no-header",
+    # --noconftest: the suite runs the same from a checkout as from site-packages, where no
+    # checkout's conftest.py is around to configure it.
+    argv = [sys.executable, "-m", "pytest", str(suite), "--noconftest", "-p", "no:cacheprovider", "-v", "--no-header",
             "--claims-slices", settings["slices"], "--trial-repeats", str(settings["repeats"]),
             "--trial-model", args.model, "--memory-models", settings["memory_models"],
             "--report-dir", str(out), "--benchmark-json", str(out / "benchmark.json"),
             "--benchmark-columns", "median,min,max,rounds"]
-    print(f"reproduce ({mode}): {' '.join(argv[3:5])} -> {out}", file=sys.stderr, flush=True)
+    print(f"reproduce ({mode}): {suite} -> {out}", file=sys.stderr, flush=True)
     start = time.perf_counter()
     status = _pytest(argv)
     wall = time.perf_counter() - start
@@ -71,7 +73,7 @@ def run(args) -> tuple[int, dict]:
               "wall_s": round(wall, 1), "files": sorted(p.name for p in out.iterdir())}
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
-    baseline = Path(args.baseline) if args.baseline else ROOT / "reports" / "baselines" / mode
+    baseline = Path(args.baseline) if args.baseline else resources.path("baselines", mode)
     if (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
         result["comparison"] = compare.compare(baseline, out, args.threshold)
     if not args.json:
@@ -88,7 +90,9 @@ def _pytest(argv: list[str]) -> int:
     slice down; we wait for that and return 130."""
     # Run in the background (nohup, `&` from a script), we ignore SIGINT and the child would too:
     # give it SIGINT back, or the Ctrl-C we pass on (after a SIGTERM to us) could not stop it.
-    proc = subprocess.Popen(argv, stdout=sys.stderr, cwd=ROOT, start_new_session=True,
+    # Four CPU devices in the test process: the memory claims compile for up to 4 GPUs at once.
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "4"}
+    proc = subprocess.Popen(argv, stdout=sys.stderr, env=env, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         return proc.wait()

@@ -10,26 +10,24 @@ import argparse
 import datetime
 import json
 import math
-import sys
 from pathlib import Path
 
-from harness import records, selection, slices, trials
-from harness.config import model_config
+from harness import measured_selection, selection, slices, trials
+from harness.config import Budget, model_config
 from harness.errors import BadInput
 
 HELP = "pick the technique and VMs for a slice by the paper's Algorithm 1, from real trials"
-ROOT = Path(__file__).resolve().parents[2]
 INTERRUPTED = 130
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
                    help="a Table I slice or a slice file, emulated here (default: %(default)s)")
-    p.add_argument("--model", default=trials.Budget.model, metavar="NAME",
+    p.add_argument("--model", default=Budget.model, metavar="NAME",
                    help="model the trials train (default: %(default)s, the CPU scale model)")
     p.add_argument("--delta", type=float, default=0.1, help="threshold in (0, 1] (default: %(default)s)")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, default=trials.Budget.repeats, metavar="N",
+    budget.add_argument("--steps", type=int, default=Budget.repeats, metavar="N",
                         help="timed steps per trial, at least 3 (default: %(default)s)")
     budget.add_argument("--eps", type=float, default=None, metavar="EPOCHS",
                         help="time this many epochs of the corpus per trial instead (counted at the batch of all "
@@ -41,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip single-VM runs that the cost model (harness.costmodel) says cannot change the decision")
     p.add_argument("--margin", type=float, default=0.3,
                    help="planner: how far (factor 1 + margin) a prediction may be off (default: %(default)s)")
-    p.add_argument("--out", default=str(ROOT / "reports"), metavar="DIR", help="parent of the run folder (default: reports/)")
+    p.add_argument("--out", default="reports", metavar="DIR",
+                   help="parent of the run folder (default: reports/ of the current directory)")
 
 
 def steps_for(args, sl: slices.Slice) -> int:
@@ -51,49 +50,9 @@ def steps_for(args, sl: slices.Slice) -> int:
     from harness.config import TrainConfig
 
     cfg = model_config(args.model)
-    batch = trials.Budget.batch_per_gpu * sl.gpus_per_vm * len(sl.vms)
+    batch = Budget.batch_per_gpu * sl.gpus_per_vm * len(sl.vms)
     packed = data.prepare(cfg.vocab_size, TrainConfig(batch_size=batch).resolved_seq_len(cfg), batch, data.load_corpus())
     return max(3, math.ceil(args.eps * packed.steps_per_epoch(batch)))
-
-
-class Trials:
-    """measure(technique, vms) for harness.selection: trains the trial on the emulated slice and
-    returns its T; every record lands in results.jsonl at once, an interrupted one too."""
-
-    def __init__(self, runner: trials.Runner, sl: slices.Slice, results: Path):
-        self.runner, self.slice, self.results = runner, sl, results
-        self.records: dict[tuple, dict] = {}
-
-    def __call__(self, technique: str, vms: tuple) -> float:
-        key = (technique, tuple(vms))
-        if key not in self.records:
-            trial = trials.Trial(technique, self.slice.name, trials.ALL_VMS if len(vms) > 1 else vms[0])
-            print(f"select: {trial.label} ...", file=sys.stderr, flush=True)
-            try:
-                record = self.runner.measure(trial)
-            except KeyboardInterrupt as e:
-                running = trials.Running(self.runner, trial, technique, group="")
-                running.fail(*records.failure(e))
-                records.append(self.results, running.record())
-                raise
-            records.append(self.results, record)
-            self.records[key] = record
-            print(f"select: {trial.label}: {record['status']}, T = {selection.average_tflops(record):.4g} "
-                  f"TFLOP/s per GPU", file=sys.stderr, flush=True)
-        return selection.average_tflops(self.records[key])
-
-
-def decide(measure: Trials, modes: list[str], delta: float, predicted=None, margin: float = 0.3) -> list[dict]:
-    """Each mode's decision, all from the one set of trials `measure` runs and records."""
-    names = [vm.name for vm in measure.slice.vms]
-    return [selection.select(mode, names, measure, delta, measure.slice.gpus_per_vm, predicted, margin).to_dict()
-            for mode in modes]
-
-
-def trial_table(measure: Trials) -> list[dict]:
-    return [{"technique": r["technique"], "vms": r["cluster"]["vms_used"], "status": r["status"],
-             "T": selection.average_tflops(r), "median_step_s": r["timing"]["median_step_s"],
-             "record_id": r["record_id"]} for r in measure.records.values()]
 
 
 def run(args) -> tuple[int, dict]:
@@ -112,7 +71,7 @@ def run(args) -> tuple[int, dict]:
     problem = netns.missing_privileges()
     if problem:
         raise BadInput(f"cannot emulate slice {sl.name} here: {problem}")
-    budget = trials.Budget(model=args.model, repeats=steps_for(args, sl))
+    budget = Budget(model=args.model, repeats=steps_for(args, sl))
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + "-select"
     out = Path(args.out) / run_id
     out.mkdir(parents=True, exist_ok=True)
@@ -121,12 +80,13 @@ def run(args) -> tuple[int, dict]:
     status, measure = 0, None
     try:
         with trials.emulated([sl], budget) as runner:
-            measure = Trials(runner, sl, out / "results.jsonl")
-            result["decisions"] = decide(measure, modes, args.delta, predictor(sl, budget) if args.planner else None,
-                                         args.margin)
+            measure = measured_selection.Trials(runner, sl, out / "results.jsonl")
+            result["decisions"] = measured_selection.decide(measure, modes, args.delta,
+                                                            measured_selection.predictor(sl, budget) if args.planner else None,
+                                                            args.margin)
     except KeyboardInterrupt:
         result["interrupted"], status = True, INTERRUPTED
-    result["trials"] = trial_table(measure) if measure else []
+    result["trials"] = measured_selection.trial_table(measure) if measure else []
     skipped = {(x["technique"], tuple(x["vms"])) for d in result["decisions"] for x in d["trials"] if x.get("skipped")}
     result["planner"] = {"on": args.planner, "margin": args.margin,
                          "trials_saved": len(skipped - {(t["technique"], tuple(t["vms"])) for t in result["trials"]})}
@@ -134,24 +94,6 @@ def run(args) -> tuple[int, dict]:
     if not args.json:
         print(summary(result))
     return status, result
-
-
-def predictor(sl: slices.Slice, budget: trials.Budget):
-    """T per GPU as harness.costmodel predicts it for this machine's emulated VMs: identical CPU
-    devices, so only the techniques' own costs rank the single-VM runs. The absolute rate does
-    not matter: the planner compares predictions with each other."""
-    from harness import costmodel, flops
-
-    cfg = model_config(budget.model)
-    setup = costmodel.Setup(batch_per_gpu=budget.batch_per_gpu, micro_batches=budget.micro_batches, remat=False)
-
-    def t(technique: str, vms: tuple) -> float:
-        devices = costmodel.Devices(tuple(1e10 for _ in vms), tuple(1e15 for _ in vms), sl.gpus_per_vm)
-        p = costmodel.predict(technique, sl, tuple(vms), cfg, setup, devices=devices)
-        batch = budget.batch_per_gpu * p.gpus
-        return flops.alpa_step_flops(cfg, batch, cfg.n_positions) / p.step_s / p.gpus / 1e12
-
-    return t
 
 
 def summary(result: dict) -> str:

@@ -18,7 +18,6 @@ It prints `ready` once every TUN exists. Later lines change links live ({"links"
 import ctypes
 import fcntl
 import heapq
-from collections import defaultdict, deque
 import json
 import os
 import select
@@ -26,6 +25,7 @@ import socket
 import struct
 import sys
 import time
+from collections import defaultdict, deque
 
 TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000

@@ -10,12 +10,12 @@ import optax
 from jax.sharding import PartitionSpec as P
 
 from harness import model, optim
-from harness.config import GPTConfig, TrainConfig
+from harness.config import GPTConfig, Technique, TrainConfig
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
 
 
 class DataParallel:
-    name = "Data"
+    name = Technique.DATA
 
     def __init__(self, micro_batches: int = 1):
         self.micro_batches = micro_batches

@@ -28,7 +28,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from harness import flops, model, optim
-from harness.config import GPTConfig, TrainConfig
+from harness.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.techniques.common import ALL, DEVICES, HOSTS, ClusterShape, Plan, check_divisible, make_mesh, microbatches
 
@@ -50,7 +50,7 @@ def balance(n_layers: int, n_stages: int, layer_cost: float, last_extra: float) 
 
 
 class PipeshardParallel:
-    name = "Pipeshard"
+    name = Technique.PIPESHARD
 
     def __init__(self, micro_batches: int = 4, remat: bool = False):
         """remat: recompute each stage's forward in the backward pass instead of keeping its

@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from harness import flops, model, optim
-from harness.config import GPTConfig, TrainConfig
+from harness.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.netmodel import Links
 from harness.techniques.common import ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
@@ -145,7 +145,7 @@ def dict_path(path) -> tuple[str, ...]:
 
 
 class ShardParallel:
-    name = "Shard"
+    name = Technique.SHARD
 
     def __init__(self, micro_batches: int = 1, plan: IntraOpPlan | None = None, links: Links | None = None,
                  device_flops: float = 1e12, device_memory: float | None = None):

@@ -16,7 +16,7 @@ import optax
 from jax.sharding import PartitionSpec as P
 
 from harness import model, optim
-from harness.config import GPTConfig, TrainConfig
+from harness.config import GPTConfig, Technique, TrainConfig
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
 
 
@@ -27,7 +27,7 @@ def chunked(x, n: int):
 
 
 class Zero2Parallel:
-    name = "ZeRO2"
+    name = Technique.ZERO2
 
     def __init__(self, micro_batches: int = 1):
         self.micro_batches = micro_batches

@@ -5,18 +5,13 @@ import os
 
 import pytest
 
-from harness.emulation import netns
-
 
 def require_emulation() -> None:
+    from harness.emulation import netns
+
     problem = netns.missing_privileges()
     if problem is None:
         return
     if os.environ.get("CI"):
         pytest.fail(f"CI must emulate slices, but {problem}", pytrace=False)
     pytest.skip(f"cannot emulate slices here: {problem}")
-
-
-@pytest.fixture(scope="module")
-def emulation():
-    require_emulation()

@@ -3,19 +3,16 @@ the head on VM1 and a worker on every other VM, each with its own temp dir, no d
 usage stats, a custom resource naming its VM, and the VM's CPU and GPU counts.
 
 The driver runs where the paper's ran, on VM1 (a Ray driver needs a local node): RayCluster.driver()
-starts `python -m harness.emulation.ray_driver` inside VM1's namespace and talks to it one JSON
-line at a time (Driver); on a live slice the same Driver runs on this machine.
+starts it inside VM1's namespace (harness.cluster.driver_client); on a live slice the same client
+starts it on this machine.
 """
 import json
 import os
-import selectors
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from harness.cluster.driver_client import DriverClient
 from harness.emulation import netns
 from harness.emulation.network import EmulatedNetwork
 
@@ -87,64 +84,12 @@ class RayCluster:
             shutil.rmtree(self.temp[vm], ignore_errors=True)
         self.started = []
 
-    def driver(self) -> "Driver":
+    def driver(self) -> DriverClient:
         """A driver session on VM1 (close it, or use it as a context manager)."""
-        return Driver(["ip", "netns", "exec", self.net.netns[self.head], *taskset(self.cores[self.head])],
+        return DriverClient(["ip", "netns", "exec", self.net.netns[self.head], *taskset(self.cores[self.head])],
                       self.address, [vm.name for vm in self.net.slice.vms])
 
     def drive(self, request: dict, timeout: float = 900):
         """Run the driver on VM1 with this one request; returns its answer."""
         with self.driver() as d:
             return d.request(request, timeout)
-
-
-class DriverError(RuntimeError):
-    pass
-
-
-class Driver:
-    """A running `harness.emulation.ray_driver`, spoken to one JSON line at a time.
-
-    On an emulated slice it runs inside VM1's namespace; on a live slice, on this machine (which
-    must be a node of the cluster: a Ray driver needs a local node)."""
-
-    def __init__(self, prefix: list[str], address: str, vms: list[str]):
-        self.address, self.vms = address, vms
-        self.log = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "harness.emulation.ray_driver"], text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     start_new_session=True)
-
-    def __enter__(self) -> "Driver":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def request(self, request: dict, timeout: float = 900):
-        self.proc.stdin.write(json.dumps({**request, "address": self.address, "all_vms": self.vms}) + "\n")
-        self.proc.stdin.flush()
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            ready = sel.select(timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            self.log.seek(0)
-            tail = self.log.read().strip().splitlines()
-            self.close()
-            why = f"no answer within {timeout:.0f} s" if not ready else (tail[-1] if tail else "it exited")
-            raise DriverError(f"Ray driver failed on {request['do']!r}: {why}")
-        answer = json.loads(line)
-        if isinstance(answer, dict) and set(answer) == {"error"}:
-            raise DriverError(f"Ray driver: {request['do']!r} failed: {answer['error']}")
-        return answer
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()  # the driver closes its worker groups and disconnects
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()

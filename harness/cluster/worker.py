@@ -1,9 +1,10 @@
-"""`python -m harness.worker [--serve]`: one VM's process in a multi-process run.
+"""`python -m harness.cluster.worker [--serve]`: one VM's process in a multi-process run.
 
-The launcher sets HARNESS_COORDINATOR (host:port of process 0), HARNESS_NUM_PROCESSES,
+The launcher (harness.cluster.local, or the Ray driver on a slice) sets its environment with
+environment(): HARNESS_COORDINATOR (host:port of process 0), HARNESS_NUM_PROCESSES,
 HARNESS_PROCESS_ID, HARNESS_LOCAL_DEVICES (CPU devices of this process, the scale model's GPUs),
-and optionally HARNESS_HEARTBEAT_S: a process that cannot reach the others for that long (a link
-down) makes the whole run fail instead of hang (default 30 s; JAX's own default is 100 s).
+and HARNESS_HEARTBEAT_S: a process that cannot reach the others for that long (a link down)
+makes the whole run fail instead of hang (default 30 s; JAX's own default is 100 s).
 
 Batch mode reads a list of jobs (JSON) on stdin, runs them in order and prints their results as
 one JSON line. Serve mode keeps compiled steps alive between requests, so that a latency sweep
@@ -11,13 +12,25 @@ compiles each technique once; it reads one request per line and answers each wit
     {"do": "build", "key": k, "job": {...}, "budget_steps": n}  -> {"compile_s", "description", "bytes_per_device"}
     {"do": "steps", "key": k, "n": n}                           -> {"losses", "step_times_s"} of those n steps
     {"do": "exit"}                                              -> {} and the process ends
-A request that fails answers {"error": [status, reason]} and the server goes on, unless the
-failure broke the processes' connection, in which case JAX ends the process.
+A request that fails answers with the error shape of harness.cluster.protocol and the server goes
+on, unless the failure broke the processes' connection, in which case JAX ends the process.
 Every process of a run gets the same requests in the same order.
 """
 import json
 import os
 import sys
+
+
+def environment(coordinator: str, num_processes: int, process_id: int, local_devices: int, platform: str = "cpu",
+                heartbeat_s: float = 30, host: str | None = None) -> dict[str, str]:
+    """The environment variables of one worker process (added to the launcher's own)."""
+    env = {"HARNESS_COORDINATOR": coordinator, "HARNESS_NUM_PROCESSES": str(num_processes),
+           "HARNESS_PROCESS_ID": str(process_id), "HARNESS_LOCAL_DEVICES": str(local_devices),
+           "JAX_PLATFORMS": platform, "HARNESS_HEARTBEAT_S": str(heartbeat_s)}
+    if host is not None:
+        # On GPUs, NCCL must see separate hosts, or it would bypass the link through shared memory.
+        env.update(NCCL_HOSTID=host, NCCL_SHM_DISABLE="1", NCCL_P2P_DISABLE="1")
+    return env
 
 
 def init_distributed() -> None:
@@ -56,7 +69,7 @@ def serve() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     init_distributed()
-    from harness import records
+    from harness.cluster import protocol
     from harness.jobs import Job, start
 
     steppers = {}
@@ -79,7 +92,7 @@ def serve() -> int:
             else:
                 raise ValueError(f"unknown request {request['do']!r}")
         except Exception as e:  # a failed build or step is the trial's result, not the server's end
-            answer = {"error": records.failure(e)}
+            answer = protocol.error(e)
         print(json.dumps(answer), file=answers, flush=True)
     return 0
 

@@ -1,9 +1,9 @@
-"""Starting one process per VM. The techniques only need jax.distributed to be up in each.
+"""Starting one process per VM on this machine. The techniques only need jax.distributed to be up in each.
 
-LocalProcesses runs the processes on this machine over loopback: the reference multi-process
-setup, and what CI uses. The emulated slices start the same worker through Ray inside network
-namespaces; anything that can start `python -m harness.worker` with the four environment
-variables and read its stdout is a launcher.
+LocalProcesses runs the processes over loopback: the reference multi-process setup, and what CI
+uses. The emulated and live slices start the same worker through Ray (harness.cluster.ray_driver);
+anything that can start `python -m harness.cluster.worker` with its environment and read its
+stdout is a launcher.
 """
 import json
 import os
@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+
+from harness.cluster.worker import environment
 
 
 def free_port() -> int:
@@ -55,14 +57,13 @@ class LocalProcesses:
         procs, logs = [], []
         try:
             for i in range(self.hosts):
-                env = {**os.environ, "HARNESS_COORDINATOR": address, "HARNESS_NUM_PROCESSES": str(self.hosts),
-                       "HARNESS_PROCESS_ID": str(i), "HARNESS_LOCAL_DEVICES": str(self.devices_per_host),
-                       "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+                env = {**os.environ, **environment(address, self.hosts, i, self.devices_per_host,
+                                                   os.environ.get("JAX_PLATFORMS", "cpu"))}
                 env.pop("XLA_FLAGS", None)  # the device count comes from HARNESS_LOCAL_DEVICES
                 # Output goes to files, not pipes: a chatty worker must never block on a full pipe.
                 out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
                 logs.append((out, err))
-                procs.append(subprocess.Popen([sys.executable, "-m", "harness.worker"], env=env, text=True,
+                procs.append(subprocess.Popen([sys.executable, "-m", "harness.cluster.worker"], env=env, text=True,
                                               stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True))
             for p in procs:  # every worker gets its jobs before any waits for the others
                 p.stdin.write(json.dumps(jobs))

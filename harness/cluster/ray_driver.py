@@ -1,4 +1,4 @@
-"""The Ray driver of an emulated or live slice, run on VM1: `python -m harness.emulation.ray_driver`.
+"""The Ray driver of an emulated or live slice, run on VM1: `python -m harness.cluster.ray_driver`.
 
 It reads requests on stdin, one JSON object per line, and answers each with one JSON line:
     {"do": "nodes"}                       -> the alive nodes: address and resources
@@ -7,15 +7,16 @@ It reads requests on stdin, one JSON object per line, and answers each with one 
                                              lowest of probe.PROBES spaced probes, as ping's min (busy
                                              or idle VMs add wake-up delays to single probes here)
     {"do": "train", "jobs": [...], "devices_per_host": d, "heartbeat_s": 30}
-                                          -> per VM, the results of harness.worker running the jobs
+                                          -> per VM, the results of harness.cluster.worker running the jobs
     {"do": "open", "group": g, "vms": [...], "devices_per_host": d}
-                                          -> a worker server (harness.worker --serve) per VM, kept
+                                          -> a worker server (harness.cluster.worker --serve) per VM, kept
     {"do": "call", "group": g, "request": {...}, "timeout": s}
                                           -> per VM, that server's answer to the request
     {"do": "close", "group": g}
-Every request may carry "vms" (default: all). A request that fails answers {"error": "..."}.
+Every request may carry "vms" (default: all). A request that fails answers with the error shape
+of harness.cluster.protocol.
 Training workers are Ray actors pinned one per VM (placement group, STRICT_SPREAD, and the VM's
-custom resource); each starts `python -m harness.worker`, which brings up jax.distributed with
+custom resource); each starts `python -m harness.cluster.worker`, which brings up jax.distributed with
 VM1's actor as coordinator, exactly as the local launcher does.
 """
 import ctypes
@@ -31,8 +32,10 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from harness.cluster import protocol
+from harness.cluster.local import describe_failure
+from harness.cluster.worker import environment
 from harness.emulation import probe
-from harness.launch import describe_failure
 
 COORDINATOR_PORT = 7310
 ECHO_PORT = 7311
@@ -52,11 +55,11 @@ class VMWorker:
         return ray.util.get_node_ip_address()  # the VM's address as its Ray node was started with
 
     def train(self, jobs: list, env: dict, timeout: float) -> list:
-        result = subprocess.run([sys.executable, "-m", "harness.worker"], input=json.dumps(jobs), text=True,
+        result = subprocess.run([sys.executable, "-m", "harness.cluster.worker"], input=json.dumps(jobs), text=True,
                                 capture_output=True, env={**os.environ, **env}, timeout=timeout,
                                 preexec_fn=_die_with_parent)
         if result.returncode:
-            raise RuntimeError(f"harness.worker on {self.address()} {describe_failure(result.returncode, result.stderr)}")
+            raise RuntimeError(f"the worker on {self.address()} {describe_failure(result.returncode, result.stderr)}")
         return json.loads(result.stdout.strip().splitlines()[-1])
 
     # The probes run as processes of their own, as `harness emulate` runs them: in a thread of the
@@ -75,7 +78,7 @@ class VMWorker:
 
     def open(self, env: dict) -> None:
         self.log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker never blocks
-        self.server = subprocess.Popen([sys.executable, "-m", "harness.worker", "--serve"], text=True,
+        self.server = subprocess.Popen([sys.executable, "-m", "harness.cluster.worker", "--serve"], text=True,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                        env={**os.environ, **env}, preexec_fn=_die_with_parent)
 
@@ -93,7 +96,7 @@ class VMWorker:
         if not line:
             self.server.wait()
             self.log.seek(0)
-            raise RuntimeError(f"harness.worker on {self.address()} "
+            raise RuntimeError(f"the worker on {self.address()} "
                                f"{describe_failure(self.server.returncode, self.log.read())}")
         return json.loads(line)
 
@@ -103,16 +106,12 @@ class VMWorker:
             self.server.wait()
 
 
-def env_for(request: dict, coordinator: str, vms: list[str], i: int, vm: str, port: int = COORDINATOR_PORT) -> dict:
-    return {"HARNESS_COORDINATOR": f"{coordinator}:{port}", "HARNESS_NUM_PROCESSES": str(len(vms)),
-            "HARNESS_PROCESS_ID": str(i), "HARNESS_LOCAL_DEVICES": str(request["devices_per_host"]),
-            "JAX_PLATFORMS": request.get("platform", "cpu"),
-            "HARNESS_HEARTBEAT_S": str(request.get("heartbeat_s", 30)),
-            # On GPUs, NCCL must see separate hosts, or it would bypass the link through shared memory.
-            "NCCL_HOSTID": vm, "NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1"}
+def env_for(request: dict, coordinator: str, vms: list[str], i: int, port: int = COORDINATOR_PORT) -> dict:
+    return environment(f"{coordinator}:{port}", len(vms), i, request["devices_per_host"],
+                       request.get("platform", "cpu"), request.get("heartbeat_s", 30), host=vms[i])
 
 
-class Driver:
+class DriverServer:
     def __init__(self):
         self.groups: dict[str, tuple] = {}  # name -> (placement group, vms, actors)
         self.opened = 0  # each multi-VM group gets its own coordinator port
@@ -151,7 +150,7 @@ class Driver:
         if do == "open":
             self.opened += 1
             port = COORDINATOR_PORT + self.opened
-            ray.get([a.open.remote(env_for(request, addresses[0], vms, i, vm, port)) for i, (a, vm) in enumerate(zip(actors, vms))])
+            ray.get([a.open.remote(env_for(request, addresses[0], vms, i, port)) for i, a in enumerate(actors)])
             self.groups[request["group"]] = (group, vms, actors)
             return {}
         try:
@@ -162,9 +161,9 @@ class Driver:
                 rtts = ray.get(actors[0].ping.remote(addresses[1], request.get("count", probe.PROBES)))
                 return probe.min_rtt_ms(rtts)
             if do == "train":
-                return dict(zip(vms, ray.get([a.train.remote(request["jobs"], env_for(request, addresses[0], vms, i, vm),
+                return dict(zip(vms, ray.get([a.train.remote(request["jobs"], env_for(request, addresses[0], vms, i),
                                                              request.get("timeout", 900))
-                                              for i, (a, vm) in enumerate(zip(actors, vms))])))
+                                              for i, a in enumerate(actors)])))
             raise ValueError(f"unknown request {do!r}")
         finally:
             for a in actors:
@@ -182,12 +181,11 @@ def main() -> None:
         request = json.loads(line)
         if driver is None:
             ray.init(address=request["address"], logging_level="ERROR", log_to_driver=False)
-            driver = Driver()
+            driver = DriverServer()
         try:
             answer = driver.handle(request)
         except Exception as e:  # the caller decides what a failed request means
-            text = str(e).strip().splitlines()
-            answer = {"error": f"{type(e).__name__}: {text[-1] if text else ''}"}
+            answer = protocol.error(e)
         print(json.dumps(answer), flush=True)
     if driver is not None:
         driver.close()

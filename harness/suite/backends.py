@@ -1,0 +1,99 @@
+"""Where the claims' trials run. A test module that runs the claims names its backend with a marker,
+
+    pytestmark = pytest.mark.claims_backend("emulated-cpu")
+
+and its tests get, through the module-scoped `backend` fixture, a Backend: the runner that times
+the trials, the slices and trials the claims judge, and the comparisons the backend declares it
+cannot show. The cluster is torn down when the module's tests are done, not held (with its Ray
+processes and workers) through the rest of the session, where it would disturb other timings.
+"""
+import contextlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import pytest
+
+from harness.suite import deviations, options
+from harness.suite.privileges import require_emulation
+
+MARKER = "claims_backend"
+
+
+class Kind(StrEnum):
+    EMULATED_CPU = "emulated-cpu"  # the Table I slices as network namespaces, the CPU scale model
+    EMULATED_GPU = "emulated-gpu"  # the same, each emulated VM given its own GPUs of this machine
+    LIVE = "live"  # the VMs of a running slice, described by --slice-inventory
+
+
+@dataclass
+class Backend:
+    kind: Kind
+    runner: object  # harness.trials.Runner
+    slices: list
+    trials: list
+    deviations: dict = field(default_factory=dict)
+
+
+def kind_of(node) -> Kind | None:
+    marker = node.get_closest_marker(MARKER)
+    if marker is None:
+        return None
+    try:
+        return Kind(marker.args[0])
+    except (IndexError, ValueError):
+        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.{MARKER} needs one of "
+                                f"{', '.join(Kind)}, got {marker.args}") from None
+
+
+def live_slice(config):
+    """(slice, Ray address, platform) from --slice-inventory, or None when none is given."""
+    from harness import inventory
+
+    path = config.getoption("--slice-inventory")
+    return inventory.load(path) if path else None
+
+
+def wanted_trials(config, kind: Kind) -> list:
+    """The trials a backend runs, known at collection time (they parametrize test_trial)."""
+    from harness import trials
+
+    if kind is Kind.LIVE:
+        live = live_slice(config)
+        return trials.trials_for(live[0]) if live else []  # every VM alone too: live VMs differ
+    return options.emulated_trials(config)
+
+
+@contextlib.contextmanager
+def open_backend(config, kind: Kind):
+    from harness import trials
+
+    wanted = wanted_trials(config, kind)
+    if kind is Kind.LIVE:
+        live = live_slice(config)
+        if live is None:
+            pytest.skip(f"no slice inventory: pass --slice-inventory FILE or set {options.INVENTORY_ENV}")
+        sl, address, platform = live
+        with trials.live(sl, address, options.budget(config), platform) as runner:
+            yield Backend(kind, runner, [sl], wanted)
+        return
+    chosen = options.claim_slices(config)
+    if kind is Kind.EMULATED_GPU:
+        import jax
+
+        need = max(sum(vm.gpus for vm in sl.vms) for sl in chosen)
+        have = len(jax.devices("gpu"))
+        if have < need:
+            pytest.skip(f"too few GPUs: the slices need {need} (one set per emulated VM), JAX sees {have}")
+    require_emulation()
+    platform, declared = ("cpu", deviations.SCALE_MODEL) if kind is Kind.EMULATED_CPU else ("gpu", {})
+    with trials.emulated(chosen, options.budget(config), platform=platform) as runner:
+        yield Backend(kind, runner, chosen, wanted, declared)
+
+
+@pytest.fixture(scope="module")
+def backend(request):
+    kind = kind_of(request.node)
+    if kind is None:
+        raise pytest.UsageError(f"{request.node.nodeid} uses the backend fixture without @pytest.mark.{MARKER}")
+    with open_backend(request.config, kind) as b:
+        yield b

@@ -1,0 +1,43 @@
+"""The comparisons each backend declares it cannot show, with the reason. A declared comparison that
+does not hold is reported as an expected failure with its evidence; every other comparison of the
+same part still fails its test (harness.suite.checks.check_claim). Each reason is a measurement of
+this backend, not a wish: where it stops being true, the comparison holds and the report says so."""
+
+_GLOO = ("over gloo's TCP collectives, Data's one all-reduce of all 17 MB of gradients (XLA combines them) takes "
+         "about as long as, and from ~57 ms longer than, ZeRO2's reduce-scatter and all-gather of each tensor "
+         "(16 + 16 collectives)")
+_COMPUTE_BOUND = ("at 0.1 ms the scale model is compute-bound on one core per VM, so Pipeshard's pipeline bubble "
+                  "(2 microbatches, 2 stages) costs more than Data's and ZeRO2's collectives; the paper's GPUs were "
+                  "not compute-bound this way")
+_SAME_ARITHMETIC = ("on one emulated VM Data and ZeRO2 do the same arithmetic on the same cores, with no interconnect "
+                    "for ZeRO2's two collectives to cost more than Data's one; measured side by side (40 interleaved "
+                    "steps each, 4 runs, one with a busy core) their median step times differed by -13% to +4%, so "
+                    "the machine's load picks the winner")
+_ZERO2_T4 = ("in XLA's memory analysis ZeRO2 saves ~4 GiB per GPU over Data for gpt2L (19.1 vs 22.8 GiB at the "
+             "stated assumptions), not enough to bring it under a T4's usable 14.4 GiB")
+_SPMD_PIPESHARD = ("our Pipeshard is one SPMD program sized for its larger stage on every GPU, so a T4 or a 24 GiB GPU "
+                   "must hold what Alpa's per-stage (MPMD) programs split between the VMs")
+_ONE_PROGRAM_PER_HARDWARE = ("the analysis gives one figure per technique, model and GPU, at one stated setup; the "
+                             "paper's outcomes on the same hardware differ between slices (see C4.observed), so its "
+                             "setup must have differed, and at ours ZeRO2 fits gpt2L on 2 x 24 GiB (20.3 GiB)")
+# The CPU scale model on emulated slices (the timed claims).
+SCALE_MODEL = {
+    "C1.single-site": {"Pipeshard vs Data": _COMPUTE_BOUND, "Pipeshard vs ZeRO2": _COMPUTE_BOUND},
+    "C2.order": {"Data vs ZeRO2": _GLOO + ", so Data < ZeRO2 comes out only at some RTTs"},
+    "C2.sensitivity": {"ZeRO2 degrades more than Data": _GLOO + ", so ZeRO2's time grows with RTT about as much "
+                                                                "as Data's, and less from ~57 ms"},
+    "C3.data-most": {"Data wins more single-VM experiments than ZeRO2": _SAME_ARITHMETIC},
+    "C7.geo-pipeshard": {"picks Pipeshard on all VMs": "on the scale model one VM alone trains faster than Pipeshard "
+                                                        "on both VMs at 20 ms (C5's mechanism, on every slice), and "
+                                                        "Algorithm 1's T per GPU favours the single VM twice over: step 5 "
+                                                        "answers a single VM"},
+}
+
+# XLA's compile-only memory analysis of our techniques at the paper's scale (the memory claims).
+MEMORY_ANALYSIS = {
+    "C4.zero2-only": {"ZeRO2 runs": _ZERO2_T4},
+    "C4.gpt2L-one-vm": {"gpt2L fits no technique on one VM in most slices": _ONE_PROGRAM_PER_HARDWARE},
+    "C4.observed": {"gpt2m on 4 GPUs: Pipeshard ran": _SPMD_PIPESHARD, "gpt2l on 4 GPUs: Pipeshard ran": _SPMD_PIPESHARD,
+                    "gpt2L on 4 GPUs: Pipeshard ran": _SPMD_PIPESHARD,
+                    "gpt2L on 4 GPUs: ZeRO2 ran": _ZERO2_T4, "gpt2L on 4 GPUs: ZeRO2 failed": _ONE_PROGRAM_PER_HARDWARE},
+}

@@ -1,0 +1,108 @@
+"""The paper's claims on the emulated Table I slices, with the CPU scale model: what `python -m harness
+reproduce` runs, and what tests_cpu/test_claims.py collects for `pytest -m cpu`.
+
+Trials: every technique on all VMs of each slice and on one VM alone, through Ray on the emulated
+network, timed by pytest-benchmark. One emulated cluster and one compiled step per technique
+serve every slice: the link's RTT changes between slices. The claims then judge the table.
+
+The scale model (scale-small: 4 layers, 256 wide, 4.3 M parameters, sequences of 128) and why it
+sits in the paper's regime: see the README, "The claims on CPU". Its gradients (17 MB) against one
+microbatch's activations (0.5 MB) give a ratio of 34; at the paper's RTTs every cross-VM collective
+costs more than a step's compute on one core, as gpt2m's 1.4 GB all-reduce does on the paper's GPUs.
+
+Parts this backend cannot show are declared in deviations.py with the reason; they are reported
+as expected failures with their evidence, never silently passed.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from harness import claims, costmodel_check, data, measured_selection, records, train
+from harness.suite import checks, deviations, options
+from harness.suite.claims_tests import test_claim, test_trial
+
+__all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
+           "memory_table", "test_memory_claim", "test_cost_model_ranks_the_trials_as_measured",
+           "test_select_decides_from_real_trials_on_this_cluster"]
+
+pytestmark = pytest.mark.claims_backend("emulated-cpu")
+
+
+# Summing gradients over 4 devices rounds differently from one device. On the 4-device batch the
+# scale model's loss jumps at step 7 of a 30-step sweep (the full run's), and from about step 12
+# training amplifies those roundings: every technique then drifts from the reference by up to
+# 2.6% (measured), while the 2-device runs stay within 1e-5. So the first 8 steps (a whole
+# quick sweep) must match to 1e-4 and the rest to 5%.
+EXACT_STEPS = 8
+
+
+def test_every_trial_follows_the_single_device_reference(backend, claims_log):
+    """The trials are real training: every compiled step of the sweep (every technique, on both VMs
+    and on one, across the latency changes) gives the single-device trainer's losses step for step,
+    to 1e-4 for the first EXACT_STEPS steps and within 5% after (see above)."""
+    runner = backend.runner
+    checks.ensure_trials(runner, claims_log, backend.trials)
+    references = {}
+    for (vms, technique), losses in runner.history.items():
+        cfg = dataclasses.replace(runner.train_config_for(len(vms)), steps=runner.schedule_steps)
+        if cfg.batch_size not in references:
+            packed = data.prepare(runner.model_cfg.vocab_size, cfg.resolved_seq_len(runner.model_cfg),
+                                  cfg.batch_size, runner.corpus)
+            references[cfg.batch_size] = train.train(runner.model_cfg, cfg, packed).losses
+        assert len(losses) == runner.schedule_steps, f"{technique} on {'+'.join(vms)}"
+        where = f"{technique} on {'+'.join(vms)}"
+        np.testing.assert_allclose(losses[:EXACT_STEPS], references[cfg.batch_size][:EXACT_STEPS], rtol=1e-4, err_msg=where)
+        np.testing.assert_allclose(losses, references[cfg.batch_size], rtol=5e-2, err_msg=where)
+    assert len(runner.history) == 10  # four techniques on both VMs and on VM1; Data and Shard on VM2
+
+
+@pytest.fixture(scope="session")
+def memory_table(pytestconfig, claims_log):
+    claims_log.memory = checks.memory_records(pytestconfig)
+    return claims_log.memory
+
+
+@pytest.mark.parametrize("claim", claims.MEMORY_CLAIMS, ids=lambda c: c.__name__)
+def test_memory_claim(claim, memory_table, claims_log, pytestconfig):
+    table = claims.MemoryTable(memory_table, options.claim_slices(pytestconfig))
+    checks.check_claim(claim(table), claims_log, deviations.MEMORY_ANALYSIS)
+
+
+def test_cost_model_ranks_the_trials_as_measured(backend, claims_log):
+    """harness.costmodel, calibrated on three of these trials, predicts the others: the ranking of
+    every all-VM trial agrees (Spearman >= 0.8), and on every two-site slice it names the same
+    fastest and slowest technique. The full comparison goes to costmodel.md in the report."""
+    recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
+    result = costmodel_check.check(recs)
+    if claims_log.directory:
+        claims_log.directory.mkdir(parents=True, exist_ok=True)
+        (claims_log.directory / "costmodel.md").write_text(costmodel_check.markdown(result))
+    assert result["spearman_all_vms"] >= 0.8, costmodel_check.markdown(result)
+    for s in claims.two_site(claims.Table(recs)):
+        rows = [x for x in result["rows"] if x["slice"] == s and x["all_vms"]]
+        for pick in (min, max):
+            assert (pick(rows, key=lambda x: x["measured_s"])["technique"]
+                    == pick(rows, key=lambda x: x["predicted_s"])["technique"]), costmodel_check.markdown(result)
+
+
+def test_select_decides_from_real_trials_on_this_cluster(backend, tmp_path):
+    """`python -m harness select`'s decision on the two-site slice, on this module's cluster (the
+    command brings its own up the same way): both modes from one set of trials, each trained and
+    recorded once; the planner's skips are counted. Last in the module: it trains past the
+    sweep that the reference test above checks."""
+    runner = backend.runner
+    sl = next((s for s in backend.slices if s.rtt_ms >= 1.0), None)
+    if sl is None:
+        pytest.skip("no two-site slice in this run")
+    measure = measured_selection.Trials(runner, sl, tmp_path / "results.jsonl")
+    decisions = measured_selection.decide(measure, ["published", "corrected"], 0.1,
+                                      measured_selection.predictor(sl, runner.budget), 0.3)
+    recs = records.read(tmp_path / "results.jsonl")
+    ran = {(r["technique"], tuple(r["cluster"]["vms_used"])) for r in recs}
+    assert len(recs) == len(ran) == len(measured_selection.trial_table(measure))
+    assert ("Pipeshard", ("vm1", "vm2")) in ran and all(r["status"] == "ok" for r in recs)
+    assert [d["mode"] for d in decisions] == ["published", "corrected"]
+    for d in decisions:
+        assert {(x["technique"], tuple(x["vms"])) for x in d["trials"] if not x.get("skipped")} <= ran
+        assert (d["technique"], tuple(d["vms"])) in ran, d["rule"]

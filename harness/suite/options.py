@@ -1,0 +1,58 @@
+"""What the claims options select, read from a pytest config: the slices, the trial budget, the
+trials and the paper-scale models of the memory claims."""
+import os
+
+from harness import slices
+from harness.config import Budget, Technique, model_config
+
+QUICK_SLICES = ("TACC-TACC", "UTAH-GPN")  # one single-site slice and the nearest two-site one
+REPORT_ENV = "HARNESS_REPORT_DIR"
+INVENTORY_ENV = "HARNESS_SLICE_INVENTORY"
+
+
+def add_options(parser) -> None:
+    g = parser.getgroup("claims", "the paper's claims")
+    g.addoption("--claims-slices", default="quick", metavar="LIST",
+                help=f"slices the trials run on: 'quick' ({', '.join(QUICK_SLICES)}), 'all' (Table I), or "
+                     "comma-separated Table I names or slice files (default: quick)")
+    g.addoption("--trial-model", default=Budget.model, metavar="NAME",
+                help="model every trial trains (default: %(default)s, the CPU scale model)")
+    g.addoption("--trial-repeats", type=int, default=Budget.repeats, metavar="N",
+                help="timed steps per trial, at least 3 (default: %(default)s)")
+    g.addoption("--memory-models", default="gpt2m,gpt2L", metavar="LIST",
+                help="paper-scale models for the memory claims (default: %(default)s)")
+    g.addoption("--report-dir", default=os.environ.get(REPORT_ENV), metavar="DIR",
+                help=f"write results.jsonl, claims.md and figures here when the session ends (or set {REPORT_ENV})")
+    g.addoption("--slice-inventory", default=os.environ.get(INVENTORY_ENV), metavar="FILE",
+                help=f"TOML inventory of a live slice for the fabric tests (or set {INVENTORY_ENV})")
+
+
+def claim_slices(config) -> list[slices.Slice]:
+    value = config.getoption("--claims-slices")
+    if value == "quick":
+        return [slices.load(n) for n in QUICK_SLICES]
+    if value == "all":
+        return slices.table_i()
+    return [slices.load(n.strip()) for n in value.split(",") if n.strip()]
+
+
+def budget(config) -> Budget:
+    return Budget(model=config.getoption("--trial-model"), repeats=config.getoption("--trial-repeats"))
+
+
+def memory_models(config) -> list:
+    return [model_config(m.strip()) for m in config.getoption("--memory-models").split(",") if m.strip()]
+
+
+def emulated_trials(config) -> list:
+    """Every technique on all VMs of each slice and on the first VM alone (the paper's single-VM
+    runs: C3, C5); Data and Shard on each other VM alone (Algorithm 1, C7). Emulated VMs are
+    identical shares of one machine; a live slice runs every technique on every VM instead."""
+    from harness import trials
+
+    out = []
+    for sl in claim_slices(config):
+        out += [trials.Trial(t, sl.name, trials.ALL_VMS) for t in Technique]
+        out += [trials.Trial(t, sl.name, sl.vms[0].name) for t in Technique]
+        out += [trials.Trial(t, sl.name, vm.name) for vm in sl.vms[1:] for t in (Technique.DATA, Technique.SHARD)]
+    return out

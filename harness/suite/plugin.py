@@ -1,0 +1,30 @@
+"""The claims' pytest plugin, registered as the `pytest11` entry point `harness-claims`: options,
+the claims_backend marker, the trial parametrization and the fixtures (`claims_log`, `backend`).
+
+It imports nothing heavy at load time: pytest loads it before any conftest, and a conftest may
+still have to configure JAX (the number of CPU devices) before JAX is imported."""
+from harness.suite import options
+from harness.suite.backends import MARKER, backend  # noqa: F401 - fixtures of the plugin
+from harness.suite.session import claims_log  # noqa: F401
+
+
+def pytest_addoption(parser):
+    options.add_options(parser)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{MARKER}(kind): the backend a claims test module runs its trials on "
+                                       "(emulated-cpu, emulated-gpu or live)")
+
+
+def pytest_generate_tests(metafunc):
+    """A test that takes `trial` runs once per trial of its module's backend."""
+    from harness.suite.backends import kind_of, wanted_trials
+
+    if "trial" not in metafunc.fixturenames:
+        return
+    kind = kind_of(metafunc.definition)
+    if kind is None:
+        return
+    wanted = wanted_trials(metafunc.config, kind)
+    metafunc.parametrize("trial", wanted or [None], ids=[t.label for t in wanted] or ["no-trials"])
