@@ -1,4 +1,4 @@
-"""The paper's claims (PAPER.md, C1-C7) as functions over a table of trial records.
+"""The paper's claims (docs/paper.md, "Claims C1-C7") as functions over a table of trial records.
 
 Each claim is split into the parts the paper states separately. A part makes named comparisons
 (e.g. "Pipeshard vs Data" on each two-site slice); each comes out as
@@ -23,13 +23,24 @@ comparison, never for a whole part.
 import math
 import statistics
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from harness import paper
 from harness.config import Technique
 
 ALL = "all"
-HOLDS, NOISE, NOT_SHOWN, CONTRADICTED = "holds", "within noise", "not shown", "contradicted"
-ORDER = (HOLDS, NOISE, NOT_SHOWN, CONTRADICTED)  # from best to worst
+
+
+class Status(StrEnum):
+    """How a comparison, and a part, came out; from best to worst."""
+    HOLDS = "holds"
+    NOISE = "within noise"
+    NOT_SHOWN = "not shown"
+    CONTRADICTED = "contradicted"
+
+
+HOLDS, NOISE, NOT_SHOWN, CONTRADICTED = Status
+ORDER = tuple(Status)
 
 
 @dataclass

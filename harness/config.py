@@ -1,7 +1,7 @@
 """Model, training and trial configurations as dataclasses, and the techniques' names; the model
 itself lives in model.py, the techniques in techniques/.
 
-The paper's models are GPT-2 shapes with 1024 positions (PAPER.md, "Models"). The scale models
+The paper's models are GPT-2 shapes with 1024 positions (docs/paper.md, "Models"). The scale models
 share the architecture exactly and differ only in size, so that everything measured on a CPU
 runs the same code as a paper-scale run.
 """
@@ -48,7 +48,7 @@ class GPTConfig:
 
 
 MODELS = {
-    # The paper's models (PAPER.md, "Models").
+    # The paper's models (docs/paper.md, "Models").
     "gpt2m": GPTConfig("gpt2m", n_layer=24, n_head=16, n_embd=1024),
     "gpt2l": GPTConfig("gpt2l", n_layer=26, n_head=20, n_embd=1280),
     "gpt2L": GPTConfig("gpt2L", n_layer=30, n_head=20, n_embd=1280),
@@ -69,7 +69,7 @@ def model_config(name: str) -> GPTConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings; defaults follow Alpa's run_clm_flax example (PAPER.md, last section)."""
+    """Optimisation settings; defaults follow Alpa's run_clm_flax example (docs/paper.md, "Likely setup")."""
 
     batch_size: int = 8  # sequences per step (global batch)
     seq_len: int | None = None  # tokens per sequence; None means the model's n_positions
@@ -104,8 +104,30 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """What a paper-scale run assumes besides the slice and the model; the paper states none of it.
+    The memory analysis (memory.py) and the cost model (costmodel.py) both read it. The defaults
+    are the memory claims' setup: 4 sequences per GPU, the largest power of two at which gpt2m with
+    Data fits the T4s of UTAH-GPN and TACC-TACC as the paper ran it (8, Alpa's example, does not:
+    22 GB); 4 microbatches and float32, Alpa's example defaults; Pipeshard recomputing its stages
+    (GPipe's remat: our single SPMD program would otherwise keep the residuals of its bubble ticks,
+    which Alpa's per-stage programs do not); Shard planned as Alpa's ShardParallel plans."""
+    batch_per_gpu: int = 4
+    micro_batches: int = 4
+    precision: str = "float32"
+    remat: bool = True  # Pipeshard recomputes stage activations in the backward pass
+    alpa_shard: bool = True  # Shard plans as Alpa's: uniform mesh, no memory budget
+    seq_len: int | None = None  # default: the model's n_positions
+
+    def __str__(self) -> str:
+        return (f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
+                + (", Pipeshard with rematerialisation" if self.remat else "")
+                + (", Shard planned as Alpa's (uniform mesh, no memory budget)" if self.alpa_shard else ""))
+
+
+@dataclass(frozen=True)
 class Budget:
-    """What every trial trains: the scale model by default (DESIGN.md section 4)."""
+    """What every trial trains: the scale model by default (docs/design.md, section 4)."""
     model: str = "scale-small"
     batch_per_gpu: int = 2
     micro_batches: int = 2

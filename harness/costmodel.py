@@ -29,9 +29,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 from harness import flops, slices
-from harness.config import GPTConfig
+from harness.config import GPTConfig, Setup
 from harness.netmodel import PCIE_BYTES_PER_S, PCIE_LATENCY_S, TCP_WINDOW_BYTES, Links
-from harness.techniques import TECHNIQUES
+from harness.techniques import TECHNIQUES, mesh_shape
 from harness.techniques.common import ClusterShape
 
 # Fraction of a GPU's peak a GPT-2 training step sustains. Megatron-LM reports 44-52% of A100
@@ -42,18 +42,6 @@ ETHERNET_MSS = 1448  # 1500-byte MTU less IP and TCP headers (with timestamps)
 DEFAULT_LINK_GBPS = 25.0  # FABRIC's dedicated ConnectX NICs; a slice file's bandwidth_gbps overrides it
 NCCL_LAUNCH_S = 20e-6  # launch and synchronisation of one NCCL collective: tens of microseconds
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What a prediction assumes besides the slice and the model (the paper states none of these)."""
-    batch_per_gpu: int = 4
-    micro_batches: int = 4
-    precision: str = "float32"
-    remat: bool = True  # Pipeshard recomputes its stages in the backward pass
-    epochs: int = 20
-    dataset_tokens: float = 0.0  # tokens in one epoch of the dataset (0: the step alone)
-    seq_len: int | None = None  # default: the model's n_positions
 
 
 @dataclass(frozen=True)
@@ -145,7 +133,9 @@ def network_for(sl: slices.Slice) -> Network:
 
 
 def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConfig, setup: Setup = Setup(),
-            net: Network | None = None, devices: Devices | None = None) -> Prediction:
+            net: Network | None = None, devices: Devices | None = None, epochs: int = 20,
+            dataset_tokens: float = 0.0) -> Prediction:
+    """dataset_tokens: tokens in one epoch of the dataset, for the time of `epochs` (0: the step alone)."""
     net = net or network_for(sl)
     devices = devices or Devices.of(sl, vms, setup.precision)
     hosts, d = len(vms), sl.gpus_per_vm
@@ -181,7 +171,7 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
         plan, _, _ = shard_parallel.choose(shape, cfg, batch, seq, m, Links(), 1e12)  # Alpa's: uniform mesh
         notes.append(f"plan (Alpa's, mesh seen as uniform): {plan}")
         t, data = plan.tensor_size, plan.data_size
-        head = 6 * batch * seq * cfg.n_embd * cfg.vocab_size
+        head = flops.head_flops(cfg, batch, seq)
         terms["compute"] = ((total_flops - head) / (data * t) + head / data) / slowest
         block = flops.block_params(cfg)
         other = params - cfg.n_layer * block
@@ -200,9 +190,9 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
     elif technique == "Pipeshard":
         from harness.techniques.pipeshard import balance
 
-        stages = hosts if hosts > 1 else d  # one VM: its GPUs are the stages (Alpa's 1x1 submeshes)
-        per_stage = d if hosts > 1 else 1
-        head = 6 * batch * seq * cfg.n_embd * cfg.vocab_size * (4 / 3 if remat else 1)
+        mesh = mesh_shape(technique, hosts, d)
+        stages, per_stage = mesh.hosts, mesh.devices_per_host
+        head = flops.head_flops(cfg, batch, seq, recompute=remat)
         layer = (total_flops - head) / cfg.n_layer
         blocks = balance(cfg.n_layer, stages, layer, head)  # the cut the technique makes
         rates = [f * per_stage for f in devices.flops] if hosts > 1 else [devices.flops[0]] * d
@@ -233,10 +223,10 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
         raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(TECHNIQUES)}")
 
     step = sum(terms.values())
-    steps_per_epoch = setup.dataset_tokens / (batch * seq) if setup.dataset_tokens else 0
+    steps_per_epoch = dataset_tokens / (batch * seq) if dataset_tokens else 0
     return Prediction(technique, tuple(vms), gpus, terms, step,
                       flops.alpa_step_flops(cfg, batch, seq, recompute=remat) / step / gpus / 1e12,
-                      memory, min(devices.memory), step * steps_per_epoch * setup.epochs if steps_per_epoch else None,
+                      memory, min(devices.memory), step * steps_per_epoch * epochs if steps_per_epoch else None,
                       notes)
 
 
@@ -257,17 +247,14 @@ def placements(sl: slices.Slice) -> list[tuple[str, ...]]:
 
 
 def predict_slice(sl: slices.Slice, cfg: GPTConfig, setup: Setup = Setup(), net: Network | None = None,
-                  devices_for=None) -> list[Prediction]:
+                  devices_for=None, epochs: int = 20, dataset_tokens: float = 0.0) -> list[Prediction]:
     out = []
     for vms in placements(sl):
         devices = devices_for(vms) if devices_for else None
-        out += [predict(t, sl, vms, cfg, setup, net, devices) for t in TECHNIQUES]
+        out += [predict(t, sl, vms, cfg, setup, net, devices, epochs, dataset_tokens) for t in TECHNIQUES]
     return out
 
 
 def with_rtt(sl: slices.Slice, rtt_ms: float) -> slices.Slice:
     return replace(sl, rtt_ms=rtt_ms, site_rtt_ms=())
 
-
-def epochs_hours(p: Prediction) -> float:
-    return p.epochs_s / 3600 if p.epochs_s else math.nan

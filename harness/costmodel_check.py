@@ -15,38 +15,25 @@ The verdict is rank agreement (Spearman) across techniques on each slice and acr
 each technique, and the error of every prediction, in costmodel.md next to the claims; the
 calibration trials are left out of both.
 """
+import math
 import statistics
 from dataclasses import replace
 
+import scipy.optimize
+import scipy.stats
+
 from harness import costmodel, slices
-from harness.config import GPTConfig
+from harness.config import GPTConfig, Setup
 from harness.emulation.network import MTU
 
 TCP_HEADERS = 52  # IPv4 + TCP with timestamps
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
-    def ranks(v):
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-
-    if len(xs) < 2:
-        return float("nan")
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sx = sum((a - mx) ** 2 for a in rx) ** 0.5
-    sy = sum((b - my) ** 2 for b in ry) ** 0.5
-    return cov / (sx * sy) if sx and sy else float("nan")
+    """Rank agreement; nan where it is undefined (fewer than two points, or all equal)."""
+    if len(xs) < 2 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return math.nan
+    return float(scipy.stats.spearmanr(xs, ys).statistic)
 
 
 def _model(r: dict) -> GPTConfig:
@@ -55,9 +42,9 @@ def _model(r: dict) -> GPTConfig:
                      m["tie_embeddings"])
 
 
-def _setup(r: dict) -> costmodel.Setup:
+def _setup(r: dict) -> Setup:
     gpus = r["cluster"]["hosts"] * r["cluster"]["devices_per_host"]
-    return costmodel.Setup(batch_per_gpu=r["batch"]["global_batch"] // gpus, micro_batches=r["batch"]["micro_batches"],
+    return Setup(batch_per_gpu=r["batch"]["global_batch"] // gpus, micro_batches=r["batch"]["micro_batches"],
                            precision=r["precision"], remat=False, seq_len=r["batch"]["seq_len"])
 
 
@@ -74,15 +61,17 @@ def _predict(r: dict, net: costmodel.Network, device_flops: float) -> costmodel.
     return costmodel.predict(r["technique"], sl, vms, _model(r), _setup(r), net, devices)
 
 
-def _bisect(f, target: float, lo: float, hi: float, falling: bool) -> float:
-    """x in [lo, hi] (log scale) where f(x) = target, for f monotonic (falling or rising in x)."""
-    for _ in range(60):
-        mid = (lo * hi) ** 0.5
-        if (f(mid) > target) == falling:
-            lo = mid
-        else:
-            hi = mid
-    return (lo * hi) ** 0.5
+def _solve(f, target: float, lo: float, hi: float) -> float:
+    """x in [lo, hi] where f(x) = target, for f monotonic, searched on a log scale (the unknowns
+    span orders of magnitude); the nearer bound when the target lies beyond f's range there."""
+    def g(u):
+        return f(math.exp(u)) - target
+
+    a, b = math.log(lo), math.log(hi)
+    ga, gb = g(a), g(b)
+    if ga * gb > 0:
+        return lo if abs(ga) < abs(gb) else hi
+    return math.exp(scipy.optimize.brentq(g, a, b, xtol=1e-9))
 
 
 def calibrate(recs: list[dict]) -> tuple[costmodel.Network, float, list[str]]:
@@ -103,16 +92,16 @@ def calibrate(recs: list[dict]) -> tuple[costmodel.Network, float, list[str]]:
     used = [single]
     zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)
     if zero2:
-        cost = _bisect(lambda x: _predict(zero2, replace(net, per_collective_s=x), device_flops).step_s,
-                       zero2["timing"]["median_step_s"], 1e-7, 1.0, falling=False)
+        cost = _solve(lambda x: _predict(zero2, replace(net, per_collective_s=x), device_flops).step_s,
+                      zero2["timing"]["median_step_s"], 1e-7, 1.0)
         net, used = replace(net, per_collective_s=cost), used + [zero2]
     data = next((r for r in every if r["technique"] == "Data" and rtt(r) >= 1.0), None)
     if data:
         def with_window(w):
             return replace(net, window_bytes=w, initial_window_bytes=min(net.initial_window_bytes, w))
 
-        window = _bisect(lambda w: _predict(data, with_window(w), device_flops).step_s,
-                         data["timing"]["median_step_s"], 1e3, 1e9, falling=True)
+        window = _solve(lambda w: _predict(data, with_window(w), device_flops).step_s,
+                        data["timing"]["median_step_s"], 1e3, 1e9)
         net, used = with_window(window), used + [data]
     return net, device_flops, [label(r) for r in used]
 

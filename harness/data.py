@@ -137,10 +137,6 @@ class PackedCorpus:
     def seq_len(self) -> int:
         return self.blocks.shape[1] - 1
 
-    @property
-    def tokens(self) -> int:
-        return self.blocks.size
-
     def steps_per_epoch(self, batch_size: int) -> int:
         return len(self.blocks) // batch_size  # a partial last batch is dropped, as in run_clm_flax
 

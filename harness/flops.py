@@ -35,11 +35,17 @@ def matmul_params(cfg: GPTConfig) -> int:
     return param_count(cfg) - cfg.n_positions * h - (0 if cfg.tie_embeddings else cfg.vocab_size * h)
 
 
+def head_flops(cfg: GPTConfig, batch: float, seq_len: int, recompute: bool = False) -> float:
+    """The output projection's share, forward and backward (Alpa's 6 B S H V); recomputing it
+    in the backward pass adds its forward (2 of the 6) once more."""
+    return 6 * batch * seq_len * cfg.n_embd * cfg.vocab_size * (4 / 3 if recompute else 1)
+
+
 def alpa_step_flops(cfg: GPTConfig, batch: int, seq_len: int, backward: bool = True,
                     recompute: bool = False) -> float:
     factor = 24 + (48 if backward else 0) + (24 if recompute else 0)
-    b, s, h, layers, v = batch, seq_len, cfg.n_embd, cfg.n_layer, cfg.vocab_size
-    return factor * b * s * h**2 * layers * (1 + s / (6 * h)) + 6 * b * s * h * v
+    b, s, h, layers = batch, seq_len, cfg.n_embd, cfg.n_layer
+    return factor * b * s * h**2 * layers * (1 + s / (6 * h)) + head_flops(cfg, batch, seq_len)
 
 
 def rule_step_flops(cfg: GPTConfig, batch: int, seq_len: int) -> float:

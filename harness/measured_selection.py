@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from harness import records, selection, slices, trials
-from harness.config import Budget, model_config
+from harness.config import Budget, Setup, model_config
 
 
 class Trials:
@@ -56,7 +56,7 @@ def predictor(sl: slices.Slice, budget: Budget):
     from harness import costmodel, flops
 
     cfg = model_config(budget.model)
-    setup = costmodel.Setup(batch_per_gpu=budget.batch_per_gpu, micro_batches=budget.micro_batches, remat=False)
+    setup = Setup(batch_per_gpu=budget.batch_per_gpu, micro_batches=budget.micro_batches, remat=False)
 
     def t(technique: str, vms: tuple) -> float:
         devices = costmodel.Devices(tuple(1e10 for _ in vms), tuple(1e15 for _ in vms), sl.gpus_per_vm)

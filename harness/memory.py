@@ -11,39 +11,22 @@ assignment and fusion differ from the GPU backend's, so absolute figures are est
 comparison between techniques on the same compiler is what the memory claims rest on.
 
 The paper does not state batch size, microbatches or precision; they are explicit assumptions
-here, defaulting to the most likely setup (Alpa's run_clm_flax: 8 sequences per GPU, 4
-microbatches, float32).
+here (config.Setup), and `harness memory` shows how the verdicts move when they change.
 """
 import dataclasses
 import time
-from dataclasses import dataclass
-
 
 from harness import model, records, train
-from harness.config import GPTConfig, TrainConfig
+from harness.config import GPTConfig, Setup, TrainConfig
 from harness.hardware import GiB
 from harness.netmodel import Links
 from harness.slices import Slice
-from harness.techniques import TECHNIQUES, ClusterShape, technique
+from harness.techniques import TECHNIQUES, ClusterShape, mesh_shape, technique
 
 SOURCE = "xla-cpu-memory-analysis (compile only)"
 # The program is never run, so LLVM need not optimise its machine code: buffer assignment, which
 # the memory analysis reads, happens before, on the HLO. Measured: the same bytes, 27% less time.
 COMPILE_ONLY = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-
-
-@dataclass(frozen=True)
-class Assumptions:
-    batch_per_gpu: int = 8
-    micro_batches: int = 4
-    precision: str = "float32"
-    remat: bool = False  # Pipeshard recomputes stage activations in the backward pass
-    alpa_shard: bool = False  # Shard plans as Alpa's ShardParallel: uniform mesh, no memory budget
-
-    def __str__(self) -> str:
-        return (f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
-                + (", Pipeshard with rematerialisation" if self.remat else "")
-                + (", Shard planned as Alpa's (uniform mesh, no memory budget)" if self.alpa_shard else ""))
 
 
 def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
@@ -56,7 +39,7 @@ def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
     raise ValueError(f"slice {sl.name} has {len(sl.vms)} VMs of {per_vm} GPUs: use {per_vm} or {per_vm * len(sl.vms)} GPUs")
 
 
-def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: Assumptions):
+def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: Setup):
     """The technique as configured for this slice; the returned shape is the mesh it compiles for."""
     if name == "Shard" and a.alpa_shard:
         return technique(name, micro_batches=a.micro_batches), shape
@@ -66,13 +49,12 @@ def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: 
                          device_flops=min(g.peak_tflops(a.precision) for g in gpus) * 1e12,
                          device_memory=min(g.usable_bytes for g in gpus)), shape
     if name == "Pipeshard":
-        # On one VM, Pipeshard's stages are the VM's GPUs (Alpa's 1x1 submeshes).
-        single_vm = ClusterShape(shape.devices_per_host, 1) if shape.hosts == 1 else shape
-        return technique(name, micro_batches=a.micro_batches, remat=a.remat), single_vm
+        return (technique(name, micro_batches=a.micro_batches, remat=a.remat),
+                mesh_shape(name, shape.hosts, shape.devices_per_host))
     return technique(name, micro_batches=a.micro_batches), shape
 
 
-def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Assumptions) -> dict:
+def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup) -> dict:
     batch = a.batch_per_gpu * shape.n_devices
     cfg = TrainConfig(batch_size=batch, seq_len=model_cfg.n_positions, steps=1)
     start = time.perf_counter()
@@ -85,7 +67,7 @@ def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Assumptio
             "plan": plan.describe()}
 
 
-def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Assumptions, techniques=tuple(TECHNIQUES),
+def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tuple(TECHNIQUES),
             cache: dict | None = None) -> list[dict]:
     """One trial record per technique and placement, status ok or oom, with the evidence in reason."""
     model_cfg = dataclasses.replace(model_cfg, dtype=a.precision)
@@ -112,7 +94,7 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Assumptions, techniqu
     return out
 
 
-def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: Assumptions, result, status, reason):
+def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: Setup, result, status, reason):
     cfg = TrainConfig(batch_size=a.batch_per_gpu * shape.n_devices, seq_len=model_cfg.n_positions, steps=1)
     return train.to_record(
         model_cfg, cfg, None, None, status=status, reason=reason, technique=name, micro_batches=a.micro_batches,

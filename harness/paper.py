@@ -1,4 +1,4 @@
-"""What the paper observed, as data the claims check against (PAPER.md, "Which runs ran and which failed").
+"""What the paper observed, as data the claims check against (docs/paper.md, "Runs that ran and failed").
 
 RUNS holds each outcome the paper states: (slice, placement, model, technique) -> ran (True) or
 failed (False), where placement is "4 GPUs" (both VMs) or "1 VM" (the first VM's 2 GPUs alone).

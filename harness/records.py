@@ -7,27 +7,21 @@ consumer (claims, reports, regression comparison). Records are stored one per li
 import datetime
 import json
 import uuid
-from functools import cache
 from pathlib import Path
 
 import jsonschema
 
+from harness import schemas
+
 SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).with_name("record.schema.json")
 
 
 class InvalidRecord(ValueError):
     pass
 
 
-@cache
-def _validator():
-    schema = json.loads(SCHEMA_PATH.read_text())
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
-
-
 def validate(record: dict) -> dict:
-    error = jsonschema.exceptions.best_match(_validator().iter_errors(record))
+    error = jsonschema.exceptions.best_match(schemas.validator("record").iter_errors(record))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "<record>"
         raise InvalidRecord(f"trial record field {where}: {error.message}")

@@ -5,7 +5,7 @@ over a short budget; 0 when it fails, e.g. out of memory) and run each configura
 in the published order: Pipeshard on all VMs; Data and Shard on each VM alone; ZeRO2 on all VMs
 only when the earlier results leave the decision open.
 
-`published` is the pseudo-code of PAPER.md taken literally, for two VMs or more (Pipeshard and
+`published` is the pseudo-code (docs/paper.md, "Algorithm 1") taken literally, for two VMs or more (Pipeshard and
 ZeRO2 span every VM; Data and Shard run on each VM; "ties to V1" becomes "ties to the first VM").
 Read literally, it gives answers a user would not want:
 1. A working Pipeshard loses to nothing: when every single-VM run fails (Tz = 0), step 4 needs

@@ -4,14 +4,14 @@ The five slices of the paper's Table I ship with the package (harness/resources/
 same form, with any number of VMs and sites. `rtt_ms` is one RTT for every pair of VMs, or a
 table with one entry per pair of sites ("UTAH-GPN" = 20.2; VMs at the same site default to
 0.1 ms, an L2Bridge); `bandwidth_gbps` optionally caps every link. Parsing validates everything
-and names the file and field of any error.
+(slice.schema.json, then what a schema cannot say) and names the file and field of any error.
 """
 import dataclasses
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import hardware, resources
+from harness import hardware, resources, schemas
 from harness.errors import BadInput
 
 TABLE_I = resources.path("slices")
@@ -60,53 +60,19 @@ class Slice:
         return SAME_SITE_RTT_MS
 
 
-def _field(table: dict, key: str, kind, where: str, required: bool = True, default=None):
-    if key not in table:
-        if required:
-            raise BadInput(f"{where}: missing field {key!r}")
-        return default
-    value = table[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        expected = " or ".join(k.__name__ for k in kinds)
-        raise BadInput(f"{where}: field {key!r} must be {expected}, got {value!r}")
-    return value
-
-
 def parse(text: str, source: str) -> Slice:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{source}: not valid TOML ({e})") from None
-    name = _field(doc, "name", str, source)
-    network = _field(doc, "network", str, source, required=False, default="unknown")
-    rtt = _field(doc, "rtt_ms", (int, float, dict), source)
-    pairs = rtt.items() if isinstance(rtt, dict) else [("*", rtt)]
-    for key, ms in pairs:
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms < 0:
-            got = f"{key} = {ms!r}" if isinstance(rtt, dict) else repr(ms)
-            raise BadInput(f"{source}: field 'rtt_ms' must be >= 0 milliseconds, got {got}")
-    bandwidth = _field(doc, "bandwidth_gbps", (int, float), source, required=False)
-    if bandwidth is not None and bandwidth <= 0:
-        raise BadInput(f"{source}: field 'bandwidth_gbps' must be > 0, got {bandwidth}")
-    vm_tables = _field(doc, "vm", list, source)
-    if not vm_tables:
-        raise BadInput(f"{source}: field 'vm' must list at least one VM")
-    vms = []
-    for i, t in enumerate(vm_tables):
-        where = f"{source}: vm[{i}]"
-        if not isinstance(t, dict):
-            raise BadInput(f"{where}: must be a table ([[vm]])")
-        gpus = _field(t, "gpus", int, where)
-        if gpus < 1:
-            raise BadInput(f"{where}: field 'gpus' must be >= 1, got {gpus}")
-        gpu = _field(t, "gpu", str, where)
-        if gpu not in hardware.ACCELERATORS:
-            raise BadInput(f"{where}: field 'gpu' must be one of {', '.join(hardware.ACCELERATORS)}, got {gpu!r}")
-        vms.append(VM(_field(t, "name", str, where, required=False, default=f"vm{i + 1}"),
-                      _field(t, "site", str, where), gpus, gpu,
-                      _field(t, "cores", int, where, required=False),
-                      _field(t, "memory_gb", (int, float), where, required=False)))
+    return from_document(doc, source)
+
+
+def from_document(doc: dict, source: str) -> Slice:
+    schemas.check(doc, "slice", source)  # fields, types and ranges: slice.schema.json
+    name, rtt, bandwidth = doc["name"], doc["rtt_ms"], doc.get("bandwidth_gbps")
+    vms = [VM(t.get("name", f"vm{i + 1}"), t["site"], t["gpus"], t["gpu"], t.get("cores"), t.get("memory_gb"))
+           for i, t in enumerate(doc["vm"])]
     if len({vm.gpus for vm in vms}) != 1:
         raise BadInput(f"{source}: every VM must have the same number of GPUs (a mesh is hosts x devices)")
     if len({vm.name for vm in vms}) != len(vms):
@@ -124,7 +90,7 @@ def parse(text: str, source: str) -> Slice:
             for b in sorted(sites):
                 if a < b and not any({x, y} == {a, b} for x, y, _ in site_rtt):
                     raise BadInput(f"{source}: field 'rtt_ms' has no RTT for sites {a} and {b} (add \"{a}-{b}\" = ms)")
-    sl = Slice(name, network, float(rtt) if not site_rtt else 0.0, tuple(vms), source, site_rtt,
+    sl = Slice(name, doc.get("network", "unknown"), float(rtt) if not site_rtt else 0.0, tuple(vms), source, site_rtt,
                None if bandwidth is None else float(bandwidth))
     if site_rtt:
         sl = dataclasses.replace(sl, rtt_ms=max(sl.rtt_between(a.name, b.name) for a in vms for b in vms if a != b)

@@ -1,7 +1,7 @@
 """Tokenizer: GPT-2's own BPE files when the user has them, else a byte-level BPE trained on the corpus.
 
 Training happens once per (corpus, vocabulary size) and the result is cached as tokenizer.json,
-as Alpa's run_clm_flax example trains its tokenizer on the dataset itself (PAPER.md).
+as Alpa's run_clm_flax example trains its tokenizer on the dataset itself (docs/paper.md, "Likely setup").
 """
 import hashlib
 from dataclasses import dataclass

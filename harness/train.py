@@ -79,7 +79,7 @@ def train(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus, run: Train
         inputs, targets = data.batch(step, cfg.batch_size, cfg.seed)
         return jnp.asarray(inputs), jnp.asarray(targets), jax.random.fold_in(base_key, step)
 
-    return _loop(run, step_fn, params, opt_state, args, on_step)
+    return Stepper(run, step_fn, params, opt_state, args).advance(run.total_steps, on_step)
 
 
 def train_plan(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus, run: TrainRun | None = None,
@@ -138,10 +138,6 @@ def plan_stepper(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpu
     params, opt_state = plan.init_state(canonical)
     return Stepper(run, plan.step, params, opt_state,
                    lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)))
-
-
-def _loop(run: TrainRun, step_fn, params, opt_state, args, on_step) -> TrainRun:
-    return Stepper(run, step_fn, params, opt_state, args).advance(run.total_steps, on_step)
 
 
 def peak_tflops(dtype: str) -> float | None:

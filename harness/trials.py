@@ -19,14 +19,15 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from harness import data, train
-from harness.config import Budget, Technique, TrainConfig, model_config
-from harness.emulation.network import EmulatedNetwork
 from harness.cluster import protocol
 from harness.cluster.driver_client import DriverClient, DriverError
 from harness.cluster.ray_nodes import RayCluster
+from harness.config import Budget, Technique, TrainConfig, model_config
+from harness.emulation.network import EmulatedNetwork
 from harness.errors import BadInput
 from harness.jobs import Job
 from harness.slices import Slice
+from harness.techniques import mesh_shape
 
 ALL_VMS = "all"
 
@@ -114,12 +115,9 @@ class Runner:
         return [vm.name for vm in sl.vms] if trial.vms == ALL_VMS else [trial.vms]
 
     def shape(self, trial: Trial) -> tuple[int, int]:
-        """(hosts, devices per host) of the technique's mesh. On one VM, Pipeshard's stages are the
-        VM's GPUs (Alpa's 1x1 submeshes), everything else uses the VM's GPUs as one mesh."""
-        hosts = len(self.vms_of(trial))
-        if hosts == 1 and trial.technique == "Pipeshard":
-            return self.devices_per_host, 1
-        return hosts, self.devices_per_host
+        """(hosts, devices per host) of the technique's mesh (techniques.mesh_shape)."""
+        shape = mesh_shape(trial.technique, len(self.vms_of(trial)), self.devices_per_host)
+        return shape.hosts, shape.devices_per_host
 
     def train_config(self, trial: Trial) -> TrainConfig:
         return self.train_config_for(len(self.vms_of(trial)))

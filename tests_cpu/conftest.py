@@ -1,12 +1,25 @@
 import pytest
 
-from harness import data
+from harness import data, train
 from harness.suite.privileges import require_emulation
+from tests_cpu.techniques_setup import MODEL, TRAIN, UNTIED
 
 
 @pytest.fixture(scope="session")
 def fixture_corpus():
     return data.load_corpus()
+
+
+@pytest.fixture(scope="session")
+def packed(fixture_corpus):
+    """The corpus packed for the conformance setup (techniques_setup)."""
+    return data.prepare(MODEL.vocab_size, TRAIN.seq_len, TRAIN.batch_size, fixture_corpus)
+
+
+@pytest.fixture(scope="session")
+def reference(packed):
+    """The single-device trainer's losses that every technique must match, tied and untied."""
+    return {cfg.name + str(cfg.tie_embeddings): train.train(cfg, TRAIN, packed).losses for cfg in (MODEL, UNTIED)}
 
 
 @pytest.fixture(scope="module")

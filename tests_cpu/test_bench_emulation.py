@@ -6,8 +6,8 @@ import time
 import pytest
 
 from harness import slices
-from harness.emulation.network import EmulatedNetwork, measure_throughput
 from harness.cluster.ray_nodes import RayCluster
+from harness.emulation.network import EmulatedNetwork, measure_throughput
 
 pytestmark = pytest.mark.usefixtures("emulation")
 

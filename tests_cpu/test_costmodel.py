@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from harness import costmodel, slices
 from harness.cli import main
-from harness.config import model_config
+from harness.config import Setup, model_config
 
 GPT2M = model_config("gpt2m")
 NET = costmodel.Network()
@@ -74,7 +74,7 @@ def test_a_faster_gpu_computes_faster_and_memory_decides_what_fits():
     assert t4.terms["compute"] / rtx.terms["compute"] == pytest.approx(16.3 / 8.1)
     # The cards' GiB, less the share XLA's allocator leaves to the driver and CUDA context.
     assert rtx.memory_limit_bytes == int(0.9 * 24 * 2**30) and t4.memory_limit_bytes == int(0.9 * 16 * 2**30)
-    big = costmodel.Setup(batch_per_gpu=16)
+    big = Setup(batch_per_gpu=16)
     assert not costmodel.predict("Data", sl, ("vm2",), GPT2M, big).fits
 
 

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from harness import slices
+from harness.cluster.ray_nodes import RayCluster
 from harness.emulation import netns, probe
 from harness.emulation.network import (
     EmulatedNetwork,
@@ -19,7 +20,6 @@ from harness.emulation.network import (
     measure_throughput,
     tcp_window_bytes,
 )
-from harness.cluster.ray_nodes import RayCluster
 from harness.jobs import Job
 from tests_cpu.leaks import back_to, interruptible, leftovers
 from tests_cpu.techniques_setup import MODEL, TRAIN

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from harness import records, slices
-from harness.emulation.network import EmulatedNetwork, measure_rtt
 from harness.cluster.ray_nodes import RayCluster
+from harness.emulation.network import EmulatedNetwork, measure_rtt
 from harness.suite.privileges import require_emulation
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,12 +2,16 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from harness import records, slices
-from harness.config import model_config
-from harness.memory import Assumptions, analyse
+from harness.config import Setup, model_config
+from harness.memory import analyse
+
+# The memory command's defaults (Alpa's example), which the fixture below runs with.
+COMMAND = Setup(batch_per_gpu=8, remat=False, alpa_shard=False)
 
 
 def harness(*args):
@@ -25,7 +29,7 @@ def utah_gpn_4_gpus():
 def test_memory_command_gives_one_record_per_technique(utah_gpn_4_gpus):
     doc = utah_gpn_4_gpus
     assert doc["assumptions"] == {"batch_per_gpu": 8, "micro_batches": 4, "precision": "float32", "remat": False,
-                                   "alpa_shard": False}
+                                   "alpa_shard": False, "seq_len": None}
     recs = [records.validate(r) for r in doc["records"]]
     assert [r["technique"] for r in recs] == ["Data", "ZeRO2", "Shard", "Pipeshard"]
     for r in recs:
@@ -47,21 +51,21 @@ def test_zero2_needs_less_than_data_and_pipeshard_the_most(utah_gpn_4_gpus):
 def test_verdicts_move_with_precision_and_batch():
     sl, gpt2m = slices.load("UTAH-GPN"), model_config("gpt2m")
     need = {a: analyse(sl, gpt2m, 4, a, techniques=("Data",))[0]["memory"]["bytes_per_device"]
-            for a in (Assumptions(), Assumptions(precision="float16"), Assumptions(batch_per_gpu=2, micro_batches=2))}
+            for a in (COMMAND, replace(COMMAND, precision="float16"), replace(COMMAND, batch_per_gpu=2, micro_batches=2))}
     fp32, fp16, small = need.values()
     assert fp16 < fp32 and small < fp32
 
 
 def test_rematerialisation_cuts_pipeshards_memory(utah_gpn_4_gpus):
     kept = next(r for r in utah_gpn_4_gpus["records"] if r["technique"] == "Pipeshard")["memory"]["bytes_per_device"]
-    remat = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 4, Assumptions(remat=True),
+    remat = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 4, replace(COMMAND, remat=True),
                     techniques=("Pipeshard",))[0]
     assert remat["memory"]["bytes_per_device"] < kept / 2
     assert "rematerialised" in remat["plan"]
 
 
 def test_a_plan_that_cannot_be_built_is_a_failed_trial_not_a_crash():
-    recs = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 4, Assumptions(micro_batches=3),
+    recs = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 4, replace(COMMAND, micro_batches=3),
                    techniques=("Data",))
     assert recs[0]["status"] == "error" and "not divisible by devices x microbatches 12" in recs[0]["reason"]
 

@@ -24,16 +24,19 @@ GOOD = 'name = "x"\nrtt_ms = 10\n[[vm]]\nsite = "A"\ngpus = 2\ngpu = "T4"\n'
 
 @pytest.mark.parametrize("text, message", [
     (GOOD.replace("rtt_ms = 10\n", ""), "slice.toml: missing field 'rtt_ms'"),
-    (GOOD.replace('gpu = "T4"', 'gpu = "V100"'), "slice.toml: vm[0]: field 'gpu' must be one of T4"),
-    (GOOD.replace("gpus = 2", "gpus = 0"), "slice.toml: vm[0]: field 'gpus' must be >= 1"),
-    (GOOD.replace("gpus = 2", 'gpus = "two"'), "slice.toml: vm[0]: field 'gpus' must be int"),
+    (GOOD.replace('gpu = "T4"', 'gpu = "V100"'), "slice.toml: field 'vm[0].gpu' must be one of T4"),
+    (GOOD.replace("gpus = 2", "gpus = 0"), "slice.toml: field 'vm[0].gpus' must be >= 1, got 0"),
+    (GOOD.replace("gpus = 2", 'gpus = "two"'), "slice.toml: field 'vm[0].gpus' must be an integer, got 'two'"),
     (GOOD.replace("rtt_ms = 10", "rtt_ms = -1"), "slice.toml: field 'rtt_ms' must be >= 0"),
     ("name = ", "slice.toml: not valid TOML"),
     (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-B" = 5}'), "slice.toml: field 'rtt_ms': key 'A-B' must be SITE-SITE"),
-    (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-A" = -2}'), "slice.toml: field 'rtt_ms' must be >= 0 milliseconds, got A-A = -2"),
+    (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-A" = -2}'), "slice.toml: field 'rtt_ms.A-A' must be >= 0, got -2"),
     (GOOD.replace("rtt_ms = 10\n", "rtt_ms = 10\nbandwidth_gbps = 0\n"),
      "slice.toml: field 'bandwidth_gbps' must be > 0"),
     (GOOD + '[[vm]]\nsite = "B"\ngpus = 2\n', "slice.toml: vm[1]: missing field 'gpu'"),
+    (GOOD.replace("[[vm]]", 'rtt = 5\n[[vm]]'), "slice.toml: unknown field 'rtt'"),  # a typo is not ignored
+    (GOOD.replace('site = "A"', 'site = "A"\ngpu_count = 2'), "slice.toml: vm[0]: unknown field 'gpu_count'"),
+    (GOOD.replace("[[vm]]", "vm = []\n").split("vm = []")[0] + "vm = []\n", "slice.toml: field 'vm' must be a list of at least 1"),
     (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-B" = 5}') + '[[vm]]\nsite = "C"\nname = "x"\ngpus = 2\ngpu = "A30"\n',
      "slice.toml: field 'rtt_ms': key 'A-B' must be SITE-SITE with sites of this slice (A, C)"),
 ])

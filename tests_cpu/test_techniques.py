@@ -1,7 +1,6 @@
-"""Conformance of the four techniques: same numbers as the single-device trainer, in one process and
-in two, and the communication structure of their definitions, read from the compiled HLO."""
-import dataclasses
-import statistics
+"""Conformance of the four techniques: same numbers as the single-device trainer in one process, and
+the communication structure of their definitions, read from the compiled HLO. (In two processes:
+test_cluster_local.py; through Ray on the emulated link: the claims suite's trials.)"""
 
 import jax
 import numpy as np
@@ -9,29 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import data, hlo, model, train
+from harness import hlo, model, train
 from harness.config import model_config
 from harness.errors import BadInput
 from harness.flops import param_count
-from harness.jobs import Job, execute
-from harness.cluster.local import LocalProcesses
 from harness.netmodel import Links
 from harness.techniques import TECHNIQUES, ClusterShape, technique
 from harness.techniques.pipeshard import balance
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
-from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, SHAPES, TRAIN, UNTIED
-
-RTOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def packed(fixture_corpus):
-    return data.prepare(MODEL.vocab_size, TRAIN.seq_len, TRAIN.batch_size, fixture_corpus)
-
-
-@pytest.fixture(scope="module")
-def reference(packed):
-    return {cfg.name + str(cfg.tie_embeddings): train.train(cfg, TRAIN, packed).losses for cfg in (MODEL, UNTIED)}
+from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, SHAPES, TRAIN, UNTIED
 
 
 def run_in_process(name, cfg, shape, packed, **options):
@@ -61,33 +46,6 @@ def test_shard_with_tensor_parallel_plan_matches(packed, reference):
     plan = IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=True)
     np.testing.assert_allclose(run_in_process("Shard", MODEL, (2, 2), packed, plan=plan),
                                reference[MODEL.name + "True"], rtol=RTOL)
-
-
-TWO_PROCESS = ("Pipeshard",)
-
-
-def test_two_processes_match_single_device(benchmark, reference):
-    """One process per VM over loopback (the local launcher, batch-mode workers), joined by
-    jax.distributed over gloo: Pipeshard, the technique with the most cross-process traffic of its
-    own making, gives the same losses. Every technique is checked the same way through Ray on the
-    emulated link by test_claims.py's trials."""
-    jobs = [Job(name, dataclasses.asdict(MODEL), 2, 2, train=dataclasses.asdict(TRAIN),
-                options={"micro_batches": MICRO_BATCHES}).to_dict() for name in TWO_PROCESS]
-    per_process = benchmark.pedantic(lambda: LocalProcesses(2, 2).run(jobs), rounds=1, iterations=1)
-    benchmark.extra_info.update(cluster="2x2", processes=2, model=MODEL.name, median_step_s={
-        name: statistics.median(r["step_times_s"][1:]) for name, r in zip(TWO_PROCESS, per_process[0])})
-    assert [r["process_index"] for r in (p[0] for p in per_process)] == [0, 1]
-    for name, *results in zip(TWO_PROCESS, *per_process):
-        for r in results:
-            assert r["process_count"] == 2
-            np.testing.assert_allclose(r["losses"], reference[MODEL.name + "True"], rtol=RTOL, err_msg=name)
-
-
-def test_job_with_an_epoch_budget_trains_that_many_steps(packed):
-    """The optimizer's schedule and the loop take the budget from the same place, steps or epochs."""
-    budget = {**dataclasses.asdict(TRAIN), "steps": None, "epochs": 4 / packed.steps_per_epoch(TRAIN.batch_size)}
-    result = execute(Job("Data", dataclasses.asdict(MODEL), 1, 4, train=budget, options={"micro_batches": 2}))
-    assert len(result["losses"]) == 4 and result["process_count"] == 1
 
 
 # ---- structure, read from the compiled HLO of a 2x2 cluster (device i is on VM i // 2) ----

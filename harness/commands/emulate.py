@@ -24,8 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
                    help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file (default: UTAH-GPN)")
     p.add_argument("--rtt", type=float, default=None, metavar="MS", help="one RTT for every pair instead of the slice's")
-    p.add_argument("--probe", action="store_true", default=True,
-                   help="measure RTT and bulk TCP throughput between every pair of VMs (the default action)")
     p.add_argument("--ray", action="store_true", help="also start a Ray node per VM and report the cluster")
     p.add_argument("--mechanism", default="auto", choices=MECHANISMS,
                    help="how delay is put on the packets (default: auto, the userspace delay link)")

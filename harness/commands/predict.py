@@ -1,9 +1,10 @@
 """`python -m harness predict`: every technique on a slice, predicted in closed form (harness.costmodel)."""
 import argparse
+import dataclasses
 import sys
 
 from harness import costmodel, slices
-from harness.config import model_config
+from harness.config import Setup, model_config
 from harness.errors import BadInput
 from harness.hardware import ACCELERATORS
 
@@ -15,14 +16,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
                    help="a Table I slice or a slice file (GPU types: " + ", ".join(ACCELERATORS) + "; default: %(default)s)")
     p.add_argument("--model", default="gpt2m", metavar="NAME", help="model (default: %(default)s)")
-    p.add_argument("--batch-per-gpu", type=int, default=costmodel.Setup.batch_per_gpu,
+    p.add_argument("--batch-per-gpu", type=int, default=Setup.batch_per_gpu,
                    help="sequences per GPU per step (default: %(default)s; not stated in the paper)")
-    p.add_argument("--micro-batches", type=int, default=costmodel.Setup.micro_batches,
+    p.add_argument("--micro-batches", type=int, default=Setup.micro_batches,
                    help="microbatches per step (default: %(default)s)")
-    p.add_argument("--precision", default=costmodel.Setup.precision, choices=sorted(costmodel.BYTES),
+    p.add_argument("--precision", default=Setup.precision, choices=sorted(costmodel.BYTES),
                    help="compute precision (default: %(default)s)")
     p.add_argument("--no-remat", action="store_true", help="Pipeshard keeps its activations instead of recomputing them")
-    p.add_argument("--epochs", type=int, default=costmodel.Setup.epochs, help="epochs to time (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=20, help="epochs to time (default: %(default)s)")
     p.add_argument("--tokens", type=float, default=None, metavar="N",
                    help="tokens in one epoch of the dataset (default: the embedded corpus, counted as "
                         f"characters / {CHARS_PER_TOKEN:g})")
@@ -44,10 +45,13 @@ def run(args) -> tuple[int, dict]:
         raise BadInput(f"--micro-batches {args.micro_batches} must divide one VM's batch "
                        f"({args.batch_per_gpu} x {sl.gpus_per_vm} GPUs)")
     tokens = args.tokens if args.tokens is not None else corpus_tokens()
-    setup = costmodel.Setup(args.batch_per_gpu, args.micro_batches, args.precision, not args.no_remat, args.epochs, tokens)
+    setup = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=not args.no_remat)
     predictions = costmodel.predict_slice(
-        sl, cfg, setup, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency))
-    result = {"slice": sl.name, "model": cfg.name, "setup": vars(setup) | {"efficiency": args.efficiency},
+        sl, cfg, setup, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
+        epochs=args.epochs, dataset_tokens=tokens)
+    result = {"slice": sl.name, "model": cfg.name,
+              "setup": dataclasses.asdict(setup) | {"epochs": args.epochs, "dataset_tokens": tokens,
+                                                    "efficiency": args.efficiency},
               "rtt_ms": sl.rtt_ms, "predictions": [p.to_dict() for p in predictions]}
     if not args.json:
         print(summary(result))

@@ -8,7 +8,7 @@
 Every VM gets an address in 198.18.0.0/24 (RFC 2544's range for benchmarking, never routed).
 
 Mechanism: the userspace delay link (delaylink.py), which works on every kernel with TUN. tc
-netem is the other mechanism DESIGN.md names; this version does not implement it (the kernels
+netem is the other mechanism docs/design.md names; this version does not implement it (the kernels
 it was built and tested on lack sch_netem, so a netem path could not be tested), and asking for
 it says so. Every result records the mechanism that carried it.
 """

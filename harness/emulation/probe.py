@@ -71,7 +71,7 @@ def send(addr: str, port: int, nbytes: int) -> dict:
     return {"bytes": received, "seconds": time.perf_counter() - start}
 
 
-def tcp_window_bytes(netns: str | None = None) -> int:
+def tcp_window_bytes() -> int:
     """What one connection can have in flight: the smaller of the send buffer and the usable
     part of the receive buffer (tcp_adv_win_scale = 1 keeps half of it for overhead)."""
     base = Path("/proc/sys/net/ipv4")

@@ -4,6 +4,7 @@ against the backend's declared deviations, and build the compile-only memory tab
 import pytest
 
 from harness import claims, memory, records, trials
+from harness.config import Setup
 from harness.suite import options
 from harness.suite.session import ClaimsLog
 
@@ -71,13 +72,7 @@ def check_claim(verdict: claims.Verdict, log: ClaimsLog, deviations: dict[str, d
 
 
 # -- memory (C4) ---------------------------------------------------------------------------------
-# The paper states no batch, microbatches or precision. 4 sequences per GPU is the largest power of
-# two at which gpt2m with Data fits the T4s of UTAH-GPN and TACC-TACC, as the paper ran it (8 does
-# not: 22 GB); 4 microbatches and float32 are Alpa's example defaults. Pipeshard recomputes its
-# stages (GPipe's remat): our single SPMD program would otherwise keep the residuals of its bubble
-# ticks, which Alpa's per-stage programs do not. Shard plans as Alpa's ShardParallel does.
-MEMORY_ASSUMPTIONS = memory.Assumptions(batch_per_gpu=4, micro_batches=4, precision="float32", remat=True,
-                                        alpa_shard=True)
+MEMORY_ASSUMPTIONS = Setup()  # the paper states no batch, microbatches or precision: see Setup's defaults
 
 
 def memory_records(config) -> list[dict]:

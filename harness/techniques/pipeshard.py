@@ -65,7 +65,7 @@ class PipeshardParallel:
         check_divisible("microbatch", batch // self.micro_batches, shape.devices_per_host, "devices per VM")
 
     def stage_sizes(self, model_cfg: GPTConfig, hosts: int, batch: int, seq_len: int) -> list[int]:
-        head = 6 * batch * seq_len * model_cfg.n_embd * model_cfg.vocab_size
+        head = flops.head_flops(model_cfg, batch, seq_len)
         layer = (flops.alpa_step_flops(model_cfg, batch, seq_len) - head) / model_cfg.n_layer
         return balance(model_cfg.n_layer, hosts, layer, head)
 

@@ -90,7 +90,7 @@ def estimate(plan: IntraOpPlan, model_cfg: GPTConfig, batch: int, seq_len: int, 
     """Seconds per step (compute, tensor-parallel and data-parallel communication) and bytes per device."""
     d, t, layers, h = plan.data_size, plan.tensor_size, model_cfg.n_layer, model_cfg.n_embd
     total = flops.alpa_step_flops(model_cfg, batch, seq_len)
-    head = 6 * batch * seq_len * h * model_cfg.vocab_size  # replicated over the tensor axis
+    head = flops.head_flops(model_cfg, batch, seq_len)  # replicated over the tensor axis
     compute = ((total - head) / (d * t) + head / d) / device_flops
 
     block = flops.block_params(model_cfg)

@@ -1,0 +1,64 @@
+"""The JSON Schemas of what the harness reads and writes: trial records, slice files and live
+slice inventories (<name>.schema.json beside this module). A document that does not conform is
+rejected with one line naming the file and the field."""
+import json
+from functools import cache
+from pathlib import Path
+
+import jsonschema
+
+from harness import hardware
+from harness.errors import BadInput
+
+TYPES = {"integer": "an integer", "number": "a number", "string": "a string", "object": "a table",
+         "array": "a list", "boolean": "true or false"}
+
+
+@cache
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads(Path(__file__).with_name(f"{name}.schema.json").read_text())
+    if name in ("slice", "inventory"):  # the GPU types are hardware.py's, listed once
+        for key in ("gpu", "gpu_type"):
+            if key in schema["$defs"]["vm"]["properties"]:
+                schema["$defs"]["vm"]["properties"][key]["enum"] = list(hardware.ACCELERATORS)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def field_name(path) -> str:
+    """vm[0].gpus for the path ('vm', 0, 'gpus')."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def problem(doc, name: str) -> str | None:
+    """The most relevant way doc breaks schema `name`, in words that name the field; None if it conforms."""
+    error = jsonschema.exceptions.best_match(validator(name).iter_errors(doc))
+    if error is None:
+        return None
+    where = field_name(error.absolute_path)
+    kind, expected = error.validator, error.validator_value
+    if kind == "required":
+        missing = next(k for k in expected if k not in error.instance)
+        return f"{where + ': ' if where else ''}missing field {missing!r}"
+    if kind == "additionalProperties" and expected is False:
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return f"{where + ': ' if where else ''}unknown field {extra[0]!r}"
+    if kind == "oneOf" and all("required" in s for s in expected):
+        return f"{where}: needs exactly one of the fields {' or '.join(repr(s['required'][0]) for s in expected)}"
+    described = {"type": lambda: " or ".join(TYPES[t] for t in ([expected] if isinstance(expected, str) else expected)),
+                 "minimum": lambda: f">= {expected}", "exclusiveMinimum": lambda: f"> {expected}",
+                 "enum": lambda: "one of " + ", ".join(map(str, expected)),
+                 "minItems": lambda: f"a list of at least {expected}", "minLength": lambda: "a non-empty string",
+                 "pattern": lambda: f"of the form {error.schema.get('description', expected)}"}.get(kind)
+    if described is None:
+        return f"field {where!r}: {error.message}"
+    return f"field {where!r} must be {described()}, got {error.instance!r}"
+
+
+def check(doc, name: str, source: str) -> None:
+    """Raises BadInput ("SOURCE: field 'vm[0].gpus' must be >= 1, got 0") unless doc conforms."""
+    why = problem(doc, name)
+    if why:
+        raise BadInput(f"{source}: {why}")
