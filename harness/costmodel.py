@@ -29,9 +29,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 from harness import flops, slices
-from harness.config import GPTConfig, Setup
+from harness.config import GPTConfig, Setup, Technique
 from harness.netmodel import PCIE_BYTES_PER_S, PCIE_LATENCY_S, TCP_WINDOW_BYTES, Links
-from harness.techniques import TECHNIQUES, mesh_shape
+from harness.techniques import mesh_shape
 from harness.techniques.common import ClusterShape
 
 # Fraction of a GPU's peak a GPT-2 training step sustains. Megatron-LM reports 44-52% of A100
@@ -132,101 +132,149 @@ def network_for(sl: slices.Slice) -> Network:
     return Network(link_bytes_per_s=(sl.bandwidth_gbps or DEFAULT_LINK_GBPS) * 1e9 / 8)
 
 
+@dataclass(frozen=True)
+class Step:
+    """What every technique's terms are computed from: one step of `cfg` on the VMs used."""
+    cfg: GPTConfig
+    net: Network
+    devices: Devices
+    hosts: int
+    d: int  # GPUs per VM
+    rtt: float  # seconds, the largest between two of the VMs used
+    seq: int
+    batch: int  # global, sequences
+    m: int  # microbatches
+    value: int  # bytes per activation value
+    remat: bool  # Pipeshard recomputes its stages
+
+    @property
+    def gpus(self) -> int:
+        return self.hosts * self.d
+
+    @property
+    def total_flops(self) -> float:
+        return flops.alpa_step_flops(self.cfg, self.batch, self.seq, recompute=self.remat)
+
+    @property
+    def slowest(self) -> float:
+        return min(self.devices.flops)
+
+    @property
+    def params(self) -> int:
+        return flops.param_count(self.cfg)
+
+    @property
+    def grad_bytes(self) -> float:
+        return 4 * self.params  # gradients and the master weights stay float32
+
+
+def _no_terms() -> dict:
+    return {"compute": 0.0, "collectives": 0.0, "pipeline_bubble": 0.0, "pipeline_transfers": 0.0}
+
+
+def _data(s: Step) -> tuple[dict, float, list]:
+    """One all-reduce of all gradients per step (XLA combines them); every GPU holds everything."""
+    terms = {**_no_terms(), "compute": s.total_flops / s.gpus / s.slowest,
+             "collectives": s.net.ring_s(s.grad_bytes, s.hosts, s.d, s.rtt, phases=2)}
+    state = 16 * s.params  # parameters, gradients, Adam's two moments, float32
+    return terms, state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1), []
+
+
+def _zero2(s: Step) -> tuple[dict, float, list]:
+    """A reduce-scatter and an all-gather per parameter tensor; gradients and moments split."""
+    tensors = 12 + 4  # the scanned model's parameter leaves: 12 stacked block tensors, wte, wpe, ln_f
+    terms = {**_no_terms(), "compute": s.total_flops / s.gpus / s.slowest,
+             "collectives": 2 * tensors * s.net.ring_s(s.grad_bytes / tensors, s.hosts, s.d, s.rtt, phases=1)}
+    # the whole model; its gradient and moments split (+ the full gradients before the scatter)
+    state = 4 * s.params + 12 * s.params / s.gpus + 4 * s.params
+    return terms, state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1), []
+
+
+def _shard(s: Step) -> tuple[dict, float, list]:
+    """Planned as Alpa plans it (the mesh seen as uniform): activations all-reduced four times per
+    layer and microbatch on the tensor axis, each parameter's gradient per layer and microbatch on
+    the data axis (GSPMD puts them inside the loops)."""
+    from harness.techniques import shard_parallel
+
+    cfg, net, rtt, m = s.cfg, s.net, s.rtt, s.m
+    plan, _, _ = shard_parallel.choose(ClusterShape(s.hosts, s.d), cfg, s.batch, s.seq, m, Links(), 1e12)
+    t, data = plan.tensor_size, plan.data_size
+    head = flops.head_flops(cfg, s.batch, s.seq)
+    compute = ((s.total_flops - head) / (data * t) + head / data) / s.slowest
+    block = flops.block_params(cfg)
+    other = s.params - cfg.n_layer * block
+    act_local = s.batch / data / m * s.seq * cfg.n_embd * s.value
+    tensor_comm = 4 * cfg.n_layer * m * net.ring_s(act_local, plan.tensor[0], plan.tensor[1],
+                                                   rtt if plan.tensor[0] > 1 else 0, 2)
+    # 12 tensors per block, and the embeddings' and final LayerNorm's 4, per microbatch.
+    on_data = lambda nbytes: net.ring_s(nbytes, plan.data[0], plan.data[1], rtt if plan.data[0] > 1 else 0, 2)
+    data_comm = m * (cfg.n_layer * 12 * on_data(4 * block / t / 12) + 4 * on_data(4 * other / 4))
+    local = cfg.n_layer * block / t + other
+    memory = (8 * local + 8 * local / (data if plan.shard_optimizer else 1)
+              + activations(cfg, s.batch / data / m, s.seq, s.value, t))
+    terms = {**_no_terms(), "compute": compute, "collectives": tensor_comm + data_comm}
+    return terms, memory, [f"plan (Alpa's, mesh seen as uniform): {plan}"]
+
+
+def _pipeshard(s: Step) -> tuple[dict, float, list]:
+    """GPipe over the stages the technique cuts: the slowest stage sets the pace, the bubble idles
+    (stages - 1) stage-times, every tick moves activations forward and gradients back; inside a
+    stage its GPUs all-reduce their gradients, and the tied embedding's crosses the VMs."""
+    from harness.techniques.pipeshard import balance
+
+    cfg, net, m, d = s.cfg, s.net, s.m, s.d
+    mesh = mesh_shape(Technique.PIPESHARD, s.hosts, d)
+    stages, per_stage = mesh.hosts, mesh.devices_per_host
+    head = flops.head_flops(cfg, s.batch, s.seq, recompute=s.remat)
+    layer = (s.total_flops - head) / cfg.n_layer
+    blocks = balance(cfg.n_layer, stages, layer, head)  # the cut the technique makes
+    rates = [f * per_stage for f in s.devices.flops] if s.hosts > 1 else [s.devices.flops[0]] * d
+    work = [n * layer + (head if i == stages - 1 else 0) for i, n in enumerate(blocks)]
+    stage_time = max(w / m / r for w, r in zip(work, rates))  # one microbatch, forward and backward
+    hop = s.rtt if s.hosts > 1 else 0.0
+    act = s.batch / m * s.seq * cfg.n_embd * s.value  # one microbatch's activations at a layer boundary
+    p2p = (net.per_collective_s + net.send_s(act / per_stage, hop) if hop
+           else act / per_stage / net.ici_bytes_per_s + net.ici_latency_s)
+    ring = stages * (hop / 2 if hop else net.ici_latency_s)  # the loss and the gradient norm, around the stages
+    # Stages move in lockstep: every tick ends with a transfer forward, and its transpose in the
+    # backward pass with one back, so each tick pays one transfer each way.
+    transfers = (2 * (m + stages - 1) * p2p if stages > 1 else 0.0) + 2 * ring
+    stage_params = (s.params - 2 * cfg.vocab_size * cfg.n_embd) / stages + cfg.vocab_size * cfg.n_embd
+    embedding = 4 * cfg.vocab_size * cfg.n_embd  # the tied embedding's gradient: first and last stage sum theirs
+    collectives = (net.ring_s(4 * stage_params, 1, per_stage, 0, 2)
+                   + (net.ring_s(embedding, 2, 1, hop, 2) if hop else net.ring_s(embedding, 1, 2, 0, 2)))
+    micro = s.batch / m / per_stage  # sequences of one microbatch on one GPU of a stage
+    if s.remat:  # keeps each microbatch's stage input; recomputes one microbatch's activations at a time
+        kept = m * micro * s.seq * cfg.n_embd * s.value + activations(cfg, micro, s.seq, s.value, 1, max(blocks))
+    else:
+        kept = m * activations(cfg, micro, s.seq, s.value, 1, max(blocks))
+    terms = {"compute": m * stage_time, "collectives": collectives,
+             "pipeline_bubble": (stages - 1) * stage_time,  # GPipe: m + stages - 1 ticks
+             "pipeline_transfers": transfers}
+    return terms, 16 * stage_params + kept, [f"blocks per stage {blocks}"]
+
+
+TERMS = {Technique.DATA: _data, Technique.ZERO2: _zero2, Technique.SHARD: _shard, Technique.PIPESHARD: _pipeshard}
+
+
 def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConfig, setup: Setup = Setup(),
             net: Network | None = None, devices: Devices | None = None, epochs: int = 20,
             dataset_tokens: float = 0.0) -> Prediction:
     """dataset_tokens: tokens in one epoch of the dataset, for the time of `epochs` (0: the step alone)."""
-    net = net or network_for(sl)
+    if technique not in TERMS:
+        raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(TERMS)}")
     devices = devices or Devices.of(sl, vms, setup.precision)
-    hosts, d = len(vms), sl.gpus_per_vm
-    gpus = hosts * d
-    rtt = max((sl.rtt_between(a, b) for a in vms for b in vms if a != b), default=0.0) / 1e3
-    seq = setup.seq_len or cfg.n_positions
-    batch = setup.batch_per_gpu * gpus
-    m = setup.micro_batches
-    value = BYTES[setup.precision]
-    remat = technique == "Pipeshard" and setup.remat
-    total_flops = flops.alpa_step_flops(cfg, batch, seq, recompute=remat)
-    slowest = min(devices.flops)
-    params = flops.param_count(cfg)
-    grad_bytes = 4 * params  # gradients and the master weights stay float32
-    act = batch / m * seq * cfg.n_embd * value  # one microbatch's activations at a layer boundary
-    terms = {"compute": 0.0, "collectives": 0.0, "pipeline_bubble": 0.0, "pipeline_transfers": 0.0}
-    notes = []
-
-    if technique in ("Data", "ZeRO2"):
-        terms["compute"] = total_flops / gpus / slowest
-        if technique == "Data":
-            terms["collectives"] = net.ring_s(grad_bytes, hosts, d, rtt, phases=2)
-            state = 16 * params  # parameters, gradients, Adam's two moments, float32
-        else:
-            tensors = 12 + 4  # the scanned model's parameter leaves: 12 stacked block tensors, wte, wpe, ln_f
-            terms["collectives"] = 2 * tensors * net.ring_s(grad_bytes / tensors, hosts, d, rtt, phases=1)
-            state = 4 * params + 12 * params / gpus + 4 * params  # whole model; its gradient and moments split (+ full grads before the scatter)
-        memory = state + activations(cfg, batch / gpus / m, seq, value, 1)
-    elif technique == "Shard":
-        from harness.techniques import shard_parallel
-
-        shape = ClusterShape(hosts, d)
-        plan, _, _ = shard_parallel.choose(shape, cfg, batch, seq, m, Links(), 1e12)  # Alpa's: uniform mesh
-        notes.append(f"plan (Alpa's, mesh seen as uniform): {plan}")
-        t, data = plan.tensor_size, plan.data_size
-        head = flops.head_flops(cfg, batch, seq)
-        terms["compute"] = ((total_flops - head) / (data * t) + head / data) / slowest
-        block = flops.block_params(cfg)
-        other = params - cfg.n_layer * block
-        tensor_axis_hosts = plan.tensor[0]
-        act_local = batch / data / m * seq * cfg.n_embd * value
-        tensor_comm = 4 * cfg.n_layer * m * net.ring_s(act_local, plan.tensor[0], plan.tensor[1],
-                                                       rtt if tensor_axis_hosts > 1 else 0, 2)
-        # Inside the layer and microbatch loops GSPMD reduces each parameter's gradient on its own:
-        # 12 tensors per block, and the embeddings' and final LayerNorm's 4 per microbatch.
-        on_data = lambda nbytes: net.ring_s(nbytes, plan.data[0], plan.data[1], rtt if plan.data[0] > 1 else 0, 2)
-        data_comm = m * (cfg.n_layer * 12 * on_data(4 * block / t / 12) + 4 * on_data(4 * other / 4))
-        terms["collectives"] = tensor_comm + data_comm
-        local = cfg.n_layer * block / t + other
-        memory = 8 * local + 8 * local / (data if plan.shard_optimizer else 1) \
-            + activations(cfg, batch / data / m, seq, value, t)
-    elif technique == "Pipeshard":
-        from harness.techniques.pipeshard import balance
-
-        mesh = mesh_shape(technique, hosts, d)
-        stages, per_stage = mesh.hosts, mesh.devices_per_host
-        head = flops.head_flops(cfg, batch, seq, recompute=remat)
-        layer = (total_flops - head) / cfg.n_layer
-        blocks = balance(cfg.n_layer, stages, layer, head)  # the cut the technique makes
-        rates = [f * per_stage for f in devices.flops] if hosts > 1 else [devices.flops[0]] * d
-        work = [n * layer + (head if i == stages - 1 else 0) for i, n in enumerate(blocks)]
-        stage_time = max(w / m / r for w, r in zip(work, rates))  # one microbatch, forward and backward
-        terms["compute"] = m * stage_time
-        terms["pipeline_bubble"] = (stages - 1) * stage_time  # GPipe: m + stages - 1 ticks
-        hop = rtt if hosts > 1 else 0.0
-        p2p = (net.per_collective_s + net.send_s(act / per_stage, hop) if hop
-               else act / per_stage / net.ici_bytes_per_s + net.ici_latency_s)
-        ring = stages * (hop / 2 if hop else net.ici_latency_s)  # the loss and the gradient norm, around the stages
-        # Stages move in lockstep: every tick ends with a transfer forward, and its transpose in the
-        # backward pass with one back, so each tick pays one transfer each way.
-        terms["pipeline_transfers"] = (2 * (m + stages - 1) * p2p if stages > 1 else 0.0) + 2 * ring
-        notes.append(f"blocks per stage {blocks}")
-        stage_params = (params - 2 * cfg.vocab_size * cfg.n_embd) / stages + cfg.vocab_size * cfg.n_embd
-        embedding = 4 * cfg.vocab_size * cfg.n_embd  # the tied embedding's gradient: first and last stage sum theirs
-        terms["collectives"] = (net.ring_s(4 * stage_params, 1, per_stage, 0, 2)
-                                + (net.ring_s(embedding, 2, 1, hop, 2) if hop else net.ring_s(embedding, 1, 2, 0, 2)))
-        micro = batch / m / per_stage  # sequences of one microbatch on one GPU of a stage
-        stage_layers = max(blocks)
-        if remat:  # keeps each microbatch's stage input; recomputes one microbatch's activations at a time
-            kept = m * micro * seq * cfg.n_embd * value + activations(cfg, micro, seq, value, 1, stage_layers)
-        else:
-            kept = m * activations(cfg, micro, seq, value, 1, stage_layers)
-        memory = 16 * stage_params + kept
-    else:
-        raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(TECHNIQUES)}")
-
-    step = sum(terms.values())
-    steps_per_epoch = dataset_tokens / (batch * seq) if dataset_tokens else 0
-    return Prediction(technique, tuple(vms), gpus, terms, step,
-                      flops.alpa_step_flops(cfg, batch, seq, recompute=remat) / step / gpus / 1e12,
-                      memory, min(devices.memory), step * steps_per_epoch * epochs if steps_per_epoch else None,
+    hosts = len(vms)
+    step = Step(cfg, net or network_for(sl), devices, hosts, sl.gpus_per_vm,
+                rtt=max((sl.rtt_between(a, b) for a in vms for b in vms if a != b), default=0.0) / 1e3,
+                seq=setup.seq_len or cfg.n_positions, batch=setup.batch_per_gpu * hosts * sl.gpus_per_vm,
+                m=setup.micro_batches, value=BYTES[setup.precision],
+                remat=technique == Technique.PIPESHARD and setup.remat)
+    terms, memory, notes = TERMS[technique](step)
+    step_s = sum(terms.values())
+    steps_per_epoch = dataset_tokens / (step.batch * step.seq) if dataset_tokens else 0
+    return Prediction(technique, tuple(vms), step.gpus, terms, step_s, step.total_flops / step_s / step.gpus / 1e12,
+                      memory, min(devices.memory), step_s * steps_per_epoch * epochs if steps_per_epoch else None,
                       notes)
 
 
@@ -251,7 +299,7 @@ def predict_slice(sl: slices.Slice, cfg: GPTConfig, setup: Setup = Setup(), net:
     out = []
     for vms in placements(sl):
         devices = devices_for(vms) if devices_for else None
-        out += [predict(t, sl, vms, cfg, setup, net, devices, epochs, dataset_tokens) for t in TECHNIQUES]
+        out += [predict(t, sl, vms, cfg, setup, net, devices, epochs, dataset_tokens) for t in Technique]
     return out
 
 

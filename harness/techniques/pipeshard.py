@@ -73,109 +73,34 @@ class PipeshardParallel:
               devices=None) -> Plan:
         self.validate(model_cfg, shape, cfg.batch_size)
         mesh = make_mesh(shape, devices)
-        n_stages, m, batch = shape.hosts, self.micro_batches, cfg.batch_size
-        seq_len = cfg.resolved_seq_len(model_cfg)
-        sizes = self.stage_sizes(model_cfg, n_stages, batch, seq_len)
-        starts, depth = np.cumsum([0, *sizes[:-1]]), max(sizes)
-        active = np.array([[i < n for i in range(depth)] for n in sizes])  # [stage, layer-in-stage]
-        tied = model_cfg.tie_embeddings
-        graphdef, abstract = model.abstract_init(model_cfg)
-
-        def layout(params):
-            def per_stage(x, stages_with_it):
-                return jnp.stack([x if s in stages_with_it else jnp.zeros_like(x) for s in range(n_stages)])
-
-            def blocks(x):
-                pad = lambda part: jnp.pad(part, [(0, depth - part.shape[0])] + [(0, 0)] * (part.ndim - 1))
-                return jnp.stack([pad(x[start:start + n]) for start, n in zip(starts, sizes)])
-
-            first, last = {0}, {n_stages - 1}
-            out = {"blocks": jax.tree.map(blocks, params["blocks"]),
-                   "wpe": per_stage(params["wpe"]["embedding"], first),
-                   "ln_f": jax.tree.map(lambda x: per_stage(x, last), params["ln_f"]),
-                   # Tied: the first and last stage each keep a copy, kept equal by summing their gradients.
-                   "wte": per_stage(params["wte"]["embedding"], first | last if tied else first)}
-            if not tied:
-                out["lm_head"] = per_stage(params["lm_head"]["kernel"], last)
-            return out
-
-        def stage_model(p):
-            """This stage's parameters, under the model's own names, as a model to call."""
-            own = {"blocks": jax.tree.map(lambda x: x[0], p["blocks"]), "wpe": {"embedding": p["wpe"][0]},
-                   "ln_f": jax.tree.map(lambda x: x[0], p["ln_f"]), "wte": {"embedding": p["wte"][0]}}
-            if not tied:
-                own["lm_head"] = {"kernel": p["lm_head"][0]}
-            return nnx.merge(graphdef, own)
-
-        def ring_sum(x):
-            """Sum over stages by passing values around the ring of VMs: point-to-point only."""
-            total = x
-            for _ in range(n_stages - 1):
-                x = jax.lax.ppermute(x, HOSTS, [(i, (i + 1) % n_stages) for i in range(n_stages)])
-                total = total + x
-            return total
-
-        def varying_zeros(shape=(), dtype=jnp.float32):
-            # Loop carries and branches must be typed as per-device values, like what flows in them.
-            return jax.lax.pcast(jnp.zeros(shape, dtype), ALL, to="varying")
-
-        def device_step(params, opt_state, inputs, targets):
-            stage = jax.lax.axis_index(HOSTS)
-            layers_on = jnp.asarray(active)[stage]
-            tokens_total = batch * seq_len
-
-            def local_loss(p):
-                net = stage_model(p)
-                # Logits are [microbatch, seq, vocab]: recomputed in the backward pass rather than
-                # kept, because a loop stores a branch's intermediates on every tick, taken or not.
-                head_loss = jax.checkpoint(lambda y, tgt: model.token_losses(net.head(y), tgt).sum())
-                run_stage = lambda h: net.run_blocks(h, active=layers_on)
-                if self.remat:  # keep only the stage's input per microbatch
-                    run_stage = jax.checkpoint(run_stage)
-                act0 = varying_zeros((*inputs.shape[1:], model_cfg.n_embd), jnp.dtype(model_cfg.dtype))
-
-                def tick(carry, t):
-                    act, loss = carry
-                    # Stage s works on microbatch t - s; outside that window it idles (the bubble).
-                    x = jax.lax.cond(stage == 0, lambda: net.embed(inputs[jnp.minimum(t, m - 1)]), lambda: act)
-                    busy = (t >= stage) & (t < stage + m)
-                    y = jax.lax.cond(busy, run_stage, lambda h: h, x)
-                    mb = t - (n_stages - 1)
-                    loss += jax.lax.cond((stage == n_stages - 1) & (mb >= 0),
-                                         lambda: head_loss(y, targets[jnp.maximum(mb, 0)]), varying_zeros)
-                    if n_stages > 1:  # activations go forward one stage: the only per-microbatch transfer
-                        y = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(n_stages - 1)])
-                    return (y, loss), None
-
-                (_, loss), _ = jax.lax.scan(tick, (act0, varying_zeros()), jnp.arange(m + n_stages - 1))
-                return loss / tokens_total  # this device's share of the batch's mean loss
-
-            local = jax.lax.pcast(params, DEVICES, to="varying")
-            loss, grads = jax.value_and_grad(local_loss)(local)
-            grads = jax.tree.map(lambda g: jax.lax.psum(g, DEVICES), grads)  # data parallel inside the VM
-            if tied:  # the one collective across VMs: first stage's embedding + last stage's head
-                grads["wte"] = jax.lax.psum(grads["wte"], HOSTS)
-            loss = ring_sum(jax.lax.psum(loss, DEVICES))
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, loss.reshape(1)
-
-        def global_norm(grads):
-            stage = jax.lax.axis_index(HOSTS)
-            squares = {k: sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(v)) for k, v in grads.items()}
-            if tied:  # both copies hold the same summed gradient: count it once
-                squares["wte"] = jnp.where(stage == 0, squares["wte"], 0.0)
-            return jnp.sqrt(ring_sum(sum(squares.values())))
-
-        abstract_layout = jax.eval_shape(layout, abstract)
-        optimizer = optim.make(cfg, total_steps, abstract_layout, norm_fn=global_norm)
+        m, seq_len = self.micro_batches, cfg.resolved_seq_len(model_cfg)
+        stages = Stages(model_cfg, self.stage_sizes(model_cfg, shape.hosts, cfg.batch_size, seq_len), m, self.remat)
+        _, abstract = model.abstract_init(model_cfg)
+        abstract_layout = jax.eval_shape(stages.layout, abstract)
+        optimizer = optim.make(cfg, total_steps, abstract_layout, norm_fn=stages.global_norm)
         param_specs = jax.tree.map(lambda _: P(HOSTS), abstract_layout)
         opt_specs = jax.tree.map(lambda x: P(HOSTS) if x.ndim else P(), jax.eval_shape(optimizer.init, abstract_layout))
         batch_spec = P(None, DEVICES)
+
+        tokens = cfg.batch_size * seq_len
+
+        def device_step(params, opt_state, inputs, targets):
+            local = jax.lax.pcast(params, DEVICES, to="varying")
+            # this device's share of the batch's mean loss
+            loss, grads = jax.value_and_grad(lambda p: stages.loss(p, inputs, targets) / tokens)(local)
+            grads = jax.tree.map(lambda g: jax.lax.psum(g, DEVICES), grads)  # data parallel inside the VM
+            if stages.tied:  # the one collective across VMs: first stage's embedding + last stage's head
+                grads["wte"] = jax.lax.psum(grads["wte"], HOSTS)
+            loss = stages.ring_sum(jax.lax.psum(loss, DEVICES))
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss.reshape(1)
+
         step = jax.shard_map(device_step, mesh=mesh, in_specs=(param_specs, opt_specs, batch_spec, batch_spec),
                              out_specs=(param_specs, opt_specs, P(ALL)))
+        n_stages, sizes, tied = stages.n, stages.sizes, stages.tied
         return Plan(
             technique=self.name, mesh=mesh, micro_batches=m,
-            layout=layout, param_specs=param_specs,
+            layout=stages.layout, param_specs=param_specs,
             opt_init=optimizer.init, opt_specs=opt_specs,
             batch_layout=lambda x: microbatches(x, m), batch_spec=batch_spec,
             step=jax.jit(step, donate_argnums=(0, 1)),
@@ -188,3 +113,98 @@ class PipeshardParallel:
                      "between VMs": "activations and their gradients by collective-permute"
                                     + ("; tied embedding gradient summed across first and last stage" if tied else "")},
         )
+
+
+def _varying_zeros(shape=(), dtype=jnp.float32):
+    # Loop carries and branches must be typed as per-device values, like what flows in them.
+    return jax.lax.pcast(jnp.zeros(shape, dtype), ALL, to="varying")
+
+
+class Stages:
+    """The model cut into stages, one per VM, and the GPipe schedule over them. Every method but
+    layout() runs inside the shard_map, on one device: its stage is axis_index(HOSTS)."""
+
+    def __init__(self, model_cfg: GPTConfig, sizes: list[int], micro_batches: int, remat: bool):
+        self.model_cfg, self.sizes, self.m, self.remat = model_cfg, sizes, micro_batches, remat
+        self.n = len(sizes)
+        self.starts, self.depth = np.cumsum([0, *sizes[:-1]]), max(sizes)
+        self.active = np.array([[i < n for i in range(self.depth)] for n in sizes])  # [stage, layer-in-stage]
+        self.tied = model_cfg.tie_embeddings
+        self.graphdef, _ = model.abstract_init(model_cfg)
+
+    def layout(self, params):
+        """The model's parameters with a leading stage axis: blocks [stage, layer-in-stage, ...]
+        padded to the deepest stage; embeddings on the first stage, the head on the last, zeros
+        elsewhere."""
+        def per_stage(x, stages_with_it):
+            return jnp.stack([x if s in stages_with_it else jnp.zeros_like(x) for s in range(self.n)])
+
+        def blocks(x):
+            pad = lambda part: jnp.pad(part, [(0, self.depth - part.shape[0])] + [(0, 0)] * (part.ndim - 1))
+            return jnp.stack([pad(x[start:start + n]) for start, n in zip(self.starts, self.sizes)])
+
+        first, last = {0}, {self.n - 1}
+        out = {"blocks": jax.tree.map(blocks, params["blocks"]),
+               "wpe": per_stage(params["wpe"]["embedding"], first),
+               "ln_f": jax.tree.map(lambda x: per_stage(x, last), params["ln_f"]),
+               # Tied: the first and last stage each keep a copy, kept equal by summing their gradients.
+               "wte": per_stage(params["wte"]["embedding"], first | last if self.tied else first)}
+        if not self.tied:
+            out["lm_head"] = per_stage(params["lm_head"]["kernel"], last)
+        return out
+
+    def stage_model(self, p):
+        """This stage's parameters, under the model's own names, as a model to call."""
+        own = {"blocks": jax.tree.map(lambda x: x[0], p["blocks"]), "wpe": {"embedding": p["wpe"][0]},
+               "ln_f": jax.tree.map(lambda x: x[0], p["ln_f"]), "wte": {"embedding": p["wte"][0]}}
+        if not self.tied:
+            own["lm_head"] = {"kernel": p["lm_head"][0]}
+        return nnx.merge(self.graphdef, own)
+
+    def ring_sum(self, x):
+        """Sum over stages by passing values around the ring of VMs: point-to-point only."""
+        total = x
+        for _ in range(self.n - 1):
+            x = jax.lax.ppermute(x, HOSTS, [(i, (i + 1) % self.n) for i in range(self.n)])
+            total = total + x
+        return total
+
+    def loss(self, p, inputs, targets):
+        """This device's summed token losses over the schedule. inputs and targets are
+        [microbatches, local batch, seq]; the last stage computes the loss of microbatch t - (n - 1)
+        at tick t, while activations [local batch, seq, embd] move one stage forward per tick."""
+        stage = jax.lax.axis_index(HOSTS)
+        net = self.stage_model(p)
+        # Logits are [microbatch, seq, vocab]: recomputed in the backward pass rather than kept,
+        # because a loop stores a branch's intermediates on every tick, taken or not.
+        head_loss = jax.checkpoint(lambda y, tgt: model.token_losses(net.head(y), tgt).sum())
+        layers_on = jnp.asarray(self.active)[stage]
+        run_stage = lambda h: net.run_blocks(h, active=layers_on)
+        if self.remat:  # keep only the stage's input per microbatch
+            run_stage = jax.checkpoint(run_stage)
+        m, last = self.m, self.n - 1
+
+        def tick(carry, t):
+            act, loss = carry
+            # Stage s works on microbatch t - s; outside that window it idles (the bubble).
+            x = jax.lax.cond(stage == 0, lambda: net.embed(inputs[jnp.minimum(t, m - 1)]), lambda: act)
+            busy = (t >= stage) & (t < stage + m)
+            y = jax.lax.cond(busy, run_stage, lambda h: h, x)
+            mb = t - last
+            loss += jax.lax.cond((stage == last) & (mb >= 0),
+                                 lambda: head_loss(y, targets[jnp.maximum(mb, 0)]), _varying_zeros)
+            if self.n > 1:  # activations go forward one stage: the only per-microbatch transfer
+                y = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(self.n - 1)])
+            return (y, loss), None
+
+        act0 = _varying_zeros((*inputs.shape[1:], self.model_cfg.n_embd), jnp.dtype(self.model_cfg.dtype))
+        (_, loss), _ = jax.lax.scan(tick, (act0, _varying_zeros()), jnp.arange(m + self.n - 1))
+        return loss
+
+    def global_norm(self, grads):
+        """The gradient norm for clipping, over every stage's share."""
+        stage = jax.lax.axis_index(HOSTS)
+        squares = {k: sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(v)) for k, v in grads.items()}
+        if self.tied:  # both copies hold the same summed gradient: count it once
+            squares["wte"] = jnp.where(stage == 0, squares["wte"], 0.0)
+        return jnp.sqrt(self.ring_sum(sum(squares.values())))
