@@ -25,3 +25,14 @@ def describe() -> dict:
         "host": socket.gethostname(),
         "cpu_count": os.cpu_count(),
     }
+
+
+def peak_tflops(dtype: str) -> float | None:
+    """The device's peak for MFU, when it is a GPU the suite knows; None on CPU."""
+    import jax
+
+    from harness import hardware
+
+    device = jax.devices()[0]
+    accelerator = hardware.identify(device.device_kind) if device.platform == "gpu" else None
+    return accelerator.peak_tflops(dtype) if accelerator else None

@@ -25,9 +25,8 @@ class Trials:
             try:
                 record = self.runner.measure(trial)
             except KeyboardInterrupt as e:
-                running = trials.Running(self.runner, trial, technique, group="")
-                running.fail(*records.failure(e))
-                records.append(self.results, running.record())
+                interrupted = trials.TrialResult(trial).fail(*records.failure(e))
+                records.append(self.results, self.runner.record(interrupted))
                 raise
             records.append(self.results, record)
             self.records[key] = record

@@ -96,9 +96,8 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
 
 def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: Setup, result, status, reason):
     cfg = TrainConfig(batch_size=a.batch_per_gpu * shape.n_devices, seq_len=model_cfg.n_positions, steps=1)
-    return train.to_record(
-        model_cfg, cfg, None, None, status=status, reason=reason, technique=name, micro_batches=a.micro_batches,
-        cluster={"slice": sl.name, "vms_used": list(vms), "hosts": shape.hosts,
-                 "devices_per_host": shape.devices_per_host, "network": {"mechanism": None, "rtt_ms": sl.rtt_ms}},
-        memory={"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE},
-        plan=result["plan"] if result else None)
+    where = records.Placement(name, a.micro_batches, result["plan"] if result else None, {
+        "slice": sl.name, "vms_used": list(vms), "hosts": shape.hosts, "devices_per_host": shape.devices_per_host,
+        "network": {"mechanism": None, "rtt_ms": sl.rtt_ms}})
+    return records.build(model_cfg, cfg, None, None, where, status, reason,
+                         memory={"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE})

@@ -7,13 +7,15 @@ consumer (claims, reports, regression comparison). Records are stored one per li
 import datetime
 import json
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
 
-from harness import schemas
+from harness import environment, flops, schemas
 
 SCHEMA_VERSION = 1
+WARMUP_STEPS_EXCLUDED = 1  # the first executed step still pays for buffer allocation
 
 
 class InvalidRecord(ValueError):
@@ -75,3 +77,67 @@ def read(path: str | Path) -> list[dict]:
     path = Path(path)
     lines = path.read_text().splitlines()
     return [loads(line, f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+
+
+# -- building a record from a run -----------------------------------------------------------------
+SINGLE_DEVICE = {"slice": None, "vms_used": None, "hosts": 1, "devices_per_host": 1,
+                 "network": {"mechanism": None, "rtt_ms": None}}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What ran where: the technique as configured, and the cluster section of the record."""
+    technique: str = "Single"  # the single-device reference trainer
+    micro_batches: int = 1
+    plan: str | None = None  # the technique's own description of its plan
+    cluster: dict = field(default_factory=lambda: SINGLE_DEVICE)
+
+
+def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str = "ok", reason: str | None = None,
+          memory: dict | None = None, peak: float | None = None) -> dict:
+    """The record of a training run: model_cfg and cfg (config.GPTConfig, TrainConfig), the packed
+    corpus and the train.TrainRun (either may be None: a compile-only analysis, a run that failed
+    before its first step); peak TFLOP/s for MFU defaults to the device's own."""
+    cluster = where.cluster
+    n_devices = cluster["hosts"] * cluster["devices_per_host"]
+    seq_len = data.seq_len if data else cfg.resolved_seq_len(model_cfg)
+    steps = len(run.losses) if run else 0
+    median = run.median_step_s if run else None
+    alpa = flops.alpa_step_flops(model_cfg, cfg.batch_size, seq_len)
+    rule = flops.rule_step_flops(model_cfg, cfg.batch_size, seq_len)
+    per_epoch = data.steps_per_epoch(cfg.batch_size) if data else None
+    peak = peak if peak is not None else environment.peak_tflops(model_cfg.dtype)
+    return new_record(
+        technique=where.technique,
+        backend="jax",
+        cluster=cluster,
+        model={"name": model_cfg.name, "n_layer": model_cfg.n_layer, "n_head": model_cfg.n_head,
+               "n_embd": model_cfg.n_embd, "vocab_size": model_cfg.vocab_size,
+               "n_positions": model_cfg.n_positions, "tie_embeddings": model_cfg.tie_embeddings,
+               "params": flops.param_count(model_cfg)},
+        data={"corpus": data.corpus.description if data else None,
+              "tokenizer": data.tokenizer.description if data else None,
+              "tokenizer_vocab": data.tokenizer.vocab_size if data else None,
+              "blocks": len(data.blocks) if data else None,
+              "steps_per_epoch": per_epoch},
+        batch={"global_batch": cfg.batch_size, "seq_len": seq_len, "micro_batches": where.micro_batches},
+        plan=where.plan,
+        precision=model_cfg.dtype,
+        steps=steps,
+        tokens=steps * cfg.batch_size * seq_len,
+        losses=run.losses if run else [],
+        timing={"compile_s": run.compile_s if run else None,
+                "step_times_s": run.step_times_s if run else [],
+                "excluded_warmup_steps": run.excluded_steps if run else WARMUP_STEPS_EXCLUDED,
+                "median_step_s": median,
+                "epoch_time_s": median * per_epoch if median and per_epoch else None},
+        throughput={"tflops_alpa": flops.tflops(alpa, median, n_devices) if median else None,
+                    "mfu": flops.tflops(rule, median, n_devices) / peak if median and peak else None,
+                    "peak_tflops": peak,
+                    "flops_per_step_alpa": alpa,
+                    "flops_per_step_rule": rule},
+        memory=memory or {"bytes_per_device": None, "source": None},
+        status=status,
+        reason=reason,
+        environment=environment.describe(),
+    )

@@ -13,13 +13,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from harness import environment, flops, hardware, model, optim, records
+from harness import model, optim, records
 from harness.config import GPTConfig, TrainConfig
 from harness.data import PackedCorpus
 from harness.errors import BadInput
 from harness.techniques.common import local_scalar
 
-WARMUP_STEPS_EXCLUDED = 1  # the first executed step still pays for buffer allocation
 
 
 @dataclass
@@ -29,7 +28,7 @@ class TrainRun:
     step_times_s: list[float] = field(default_factory=list)
     compile_s: float | None = None
     params: dict | None = None  # final parameters, for tests and later stages
-    excluded_steps: int = WARMUP_STEPS_EXCLUDED  # 0 when warm-up steps were run and dropped before
+    excluded_steps: int = records.WARMUP_STEPS_EXCLUDED  # 0 when warm-up steps were run and dropped before
 
     @property
     def median_step_s(self) -> float | None:
@@ -138,61 +137,3 @@ def plan_stepper(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpu
     params, opt_state = plan.init_state(canonical)
     return Stepper(run, plan.step, params, opt_state,
                    lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)))
-
-
-def peak_tflops(dtype: str) -> float | None:
-    """The device's peak for MFU, when it is a GPU the suite knows; None on CPU."""
-    device = jax.devices()[0]
-    accelerator = hardware.identify(device.device_kind) if device.platform == "gpu" else None
-    return accelerator.peak_tflops(dtype) if accelerator else None
-
-
-def to_record(model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus | None, run: TrainRun | None,
-              status: str = "ok", reason: str | None = None, peak: float | None = None, technique: str = "Single",
-              cluster: dict | None = None, micro_batches: int = 1, memory: dict | None = None,
-              plan: str | None = None) -> dict:
-    """The trial record of a run (by default the single-device reference); failed runs are recorded too."""
-    cluster = cluster or {"slice": None, "vms_used": None, "hosts": 1, "devices_per_host": 1,
-                          "network": {"mechanism": None, "rtt_ms": None}}
-    n_devices = cluster["hosts"] * cluster["devices_per_host"]
-    seq_len = data.seq_len if data else cfg.resolved_seq_len(model_cfg)
-    steps = len(run.losses) if run else 0
-    median = run.median_step_s if run else None
-    alpa = flops.alpa_step_flops(model_cfg, cfg.batch_size, seq_len)
-    rule = flops.rule_step_flops(model_cfg, cfg.batch_size, seq_len)
-    per_epoch = data.steps_per_epoch(cfg.batch_size) if data else None
-    peak = peak if peak is not None else peak_tflops(model_cfg.dtype)
-    return records.new_record(
-        technique=technique,
-        backend="jax",
-        cluster=cluster,
-        model={"name": model_cfg.name, "n_layer": model_cfg.n_layer, "n_head": model_cfg.n_head,
-               "n_embd": model_cfg.n_embd, "vocab_size": model_cfg.vocab_size,
-               "n_positions": model_cfg.n_positions, "tie_embeddings": model_cfg.tie_embeddings,
-               "params": flops.param_count(model_cfg)},
-        data={"corpus": data.corpus.description if data else None,
-              "tokenizer": data.tokenizer.description if data else None,
-              "tokenizer_vocab": data.tokenizer.vocab_size if data else None,
-              "blocks": len(data.blocks) if data else None,
-              "steps_per_epoch": per_epoch},
-        batch={"global_batch": cfg.batch_size, "seq_len": seq_len, "micro_batches": micro_batches},
-        plan=plan,
-        precision=model_cfg.dtype,
-        steps=steps,
-        tokens=steps * cfg.batch_size * seq_len,
-        losses=run.losses if run else [],
-        timing={"compile_s": run.compile_s if run else None,
-                "step_times_s": run.step_times_s if run else [],
-                "excluded_warmup_steps": run.excluded_steps if run else WARMUP_STEPS_EXCLUDED,
-                "median_step_s": median,
-                "epoch_time_s": median * per_epoch if median and per_epoch else None},
-        throughput={"tflops_alpa": flops.tflops(alpa, median, n_devices) if median else None,
-                    "mfu": flops.tflops(rule, median, n_devices) / peak if median and peak else None,
-                    "peak_tflops": peak,
-                    "flops_per_step_alpa": alpa,
-                    "flops_per_step_rule": rule},
-        memory=memory or {"bytes_per_device": None, "source": None},
-        status=status,
-        reason=reason,
-        environment=environment.describe(),
-    )

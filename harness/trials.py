@@ -9,8 +9,8 @@ compiled step alive. The cluster is either
   compiled step is reused across the sweep;
 - live (live()): a running Ray cluster on real VMs, described by an inventory; RTTs are measured.
 
-Per trial: `warmup_steps` untimed steps, then `repeats` timed steps, one at a time, so that a caller
-(pytest-benchmark's pedantic mode) can time each round. The record keeps every step time; its
+Per trial: `warmup_steps` untimed steps, then `repeats` timed steps, one at a time (Runner.step), so
+that a caller (pytest-benchmark's pedantic mode) can time each round. The record keeps every step time; its
 median is the trial's step time, its spread the noise the claims weigh differences against. A
 trial that cannot be built or fails mid-way is a record with status oom or error (the paper's x).
 """
@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
-from harness import data, train
+from harness import data, records, train
 from harness.cluster import protocol
 from harness.cluster.driver_client import DriverClient, DriverError
 from harness.cluster.ray_nodes import RayCluster
@@ -51,35 +51,19 @@ def trials_for(sl: Slice, one_vm: list[str] | None = None) -> list[Trial]:
 
 
 @dataclass
-class Running:
-    """A trial whose step is compiled and whose network is set: step() runs one timed round."""
-    runner: "Runner"
+class TrialResult:
+    """What a trial has done so far, as plain data: Runner.prepare() makes it, Runner.step() adds
+    a timed step to it, Runner.record() turns it into a trial record."""
     trial: Trial
-    key: str
-    group: str
-    vms: tuple = ()
     info: dict = field(default_factory=dict)  # compile time, plan, bytes from the build
     losses: list = field(default_factory=list)
     step_times_s: list = field(default_factory=list)
     status: str = "ok"
     reason: str | None = None
 
-    def steps(self, n: int) -> list[float]:
-        answers = self.runner.call(self.group, {"do": "steps", "key": self.key, "n": n})
-        first = answers[next(iter(answers))]  # process 0 (VM1) times the step, as Alpa's driver did
-        self.runner.history.setdefault((self.vms, self.key), []).extend(first["losses"])
-        self.losses += first["losses"]
-        self.step_times_s += first["step_times_s"]
-        return first["step_times_s"]
-
-    def step(self) -> float:
-        return self.steps(1)[0]
-
-    def fail(self, status: str, reason: str) -> None:
+    def fail(self, status: str, reason: str) -> "TrialResult":
         self.status, self.reason = status, reason
-
-    def record(self) -> dict:
-        return self.runner.record(self)
+        return self
 
 
 class TrialFailed(RuntimeError):
@@ -132,45 +116,57 @@ class Runner:
                    options={"micro_batches": self.budget.micro_batches})
 
     # -- running ------------------------------------------------------------------------------
-    def prepare(self, trial: Trial) -> Running:
-        """Compile (once per technique and set of VMs) and set the network for this trial's slice."""
+    def prepare(self, trial: Trial) -> TrialResult:
+        """Compile (once per technique and set of VMs), set the network for this trial's slice and
+        run the warm-up steps; a trial that cannot be built or warmed up comes back failed."""
         if trial.slice not in self.slices:
             raise BadInput(f"trial {trial.label}: slice {trial.slice!r} is not one of this run's "
                            f"({', '.join(self.slices)})")
-        vms = tuple(self.vms_of(trial))
-        group = self._group(vms)
-        key = trial.technique
-        running = Running(self, trial, key, group, vms)
+        vms, key = tuple(self.vms_of(trial)), trial.technique
+        result = TrialResult(trial)
         if (vms, key) not in self.built:
             try:
-                self.built[(vms, key)] = self.call(group, {"do": "build", "key": key, "job": self.job(trial).to_dict(),
-                                                           "budget_steps": self.schedule_steps})[vms[0]]
+                self.built[(vms, key)] = self.call(self._group(vms), {
+                    "do": "build", "key": key, "job": self.job(trial).to_dict(),
+                    "budget_steps": self.schedule_steps})[vms[0]]
             except TrialFailed as e:
                 self.built[(vms, key)] = e
         built = self.built[(vms, key)]
         if isinstance(built, TrialFailed):
-            running.fail(built.status, built.reason)
-            return running
-        running.info = built
+            return result.fail(built.status, built.reason)
+        result.info = built
         if len(vms) > 1:
             self._use_slice(trial.slice)
         try:
-            running.steps(self.budget.warmup_steps)  # after a change of RTT too: TCP settles first
+            self._steps(trial, self.budget.warmup_steps)  # after a change of RTT too: TCP settles first
         except TrialFailed as e:
-            running.fail(e.status, e.reason)
-        running.losses, running.step_times_s = [], []
-        return running
+            result.fail(e.status, e.reason)
+        return result
+
+    def step(self, result: TrialResult) -> float:
+        """One timed step of a prepared trial, added to its result: its time."""
+        losses, times = self._steps(result.trial, 1)
+        result.losses += losses
+        result.step_times_s += times
+        return times[0]
+
+    def _steps(self, trial: Trial, n: int) -> tuple[list[float], list[float]]:
+        vms = tuple(self.vms_of(trial))
+        answers = self.call(self._group(vms), {"do": "steps", "key": trial.technique, "n": n})
+        first = answers[vms[0]]  # process 0 (VM1) times the step, as Alpa's driver did
+        self.history.setdefault((vms, trial.technique), []).extend(first["losses"])
+        return first["losses"], first["step_times_s"]
 
     def measure(self, trial: Trial) -> dict:
         """Prepare and time one trial without pytest-benchmark: its record."""
-        running = self.prepare(trial)
-        if running.status == "ok":
+        result = self.prepare(trial)
+        if result.status == "ok":
             try:
                 for _ in range(self.budget.repeats):
-                    running.step()
+                    self.step(result)
             except TrialFailed as e:
-                running.fail(e.status, e.reason)
-        return running.record()
+                result.fail(e.status, e.reason)
+        return self.record(result)
 
     def call(self, group: str, request: dict) -> dict:
         """A request to every worker of a group: their answers by VM, or TrialFailed. A group whose
@@ -210,26 +206,26 @@ class Runner:
         self.current_slice = name
 
     # -- the record -----------------------------------------------------------------------------
-    def record(self, running: Running) -> dict:
-        trial = running.trial
+    def record(self, result: TrialResult) -> dict:
+        trial = result.trial
         vms = self.vms_of(trial)
         cfg = self.train_config(trial)
         packed = data.prepare(self.model_cfg.vocab_size, cfg.resolved_seq_len(self.model_cfg), cfg.batch_size,
                               self.corpus)
-        run = train.TrainRun(len(running.step_times_s), losses=running.losses, step_times_s=running.step_times_s,
-                             compile_s=running.info.get("compile_s"), excluded_steps=0)  # warm-up already dropped
+        run = train.TrainRun(len(result.step_times_s), losses=result.losses, step_times_s=result.step_times_s,
+                             compile_s=result.info.get("compile_s"), excluded_steps=0)  # warm-up already dropped
         crosses = len(vms) > 1
         mechanism = (self.network.mechanism if self.network else "live") if crosses else None
-        return train.to_record(
-            self.model_cfg, cfg, packed, run if running.step_times_s else None,
-            status=running.status, reason=running.reason, technique=trial.technique,
-            micro_batches=self.budget.micro_batches, plan=running.info.get("description"),
-            cluster={"slice": trial.slice, "vms_used": vms, "hosts": len(vms),
-                     "devices_per_host": self.devices_per_host,
-                     "network": {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None,
-                                 **({"link_bytes_per_s": self.link_bytes_per_s} if crosses and self.link_bytes_per_s else {})}},
-            memory={"bytes_per_device": running.info.get("bytes_per_device"),
-                    "source": "xla-memory-analysis of the compiled step" if running.info else None})
+        network = {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None}
+        if crosses and self.link_bytes_per_s:
+            network["link_bytes_per_s"] = self.link_bytes_per_s
+        where = records.Placement(trial.technique, self.budget.micro_batches, result.info.get("description"), {
+            "slice": trial.slice, "vms_used": vms, "hosts": len(vms), "devices_per_host": self.devices_per_host,
+            "network": network})
+        return records.build(self.model_cfg, cfg, packed, run if result.step_times_s else None, where,
+                             result.status, result.reason,
+                             memory={"bytes_per_device": result.info.get("bytes_per_device"),
+                                     "source": "xla-memory-analysis of the compiled step" if result.info else None})
 
 
 @contextlib.contextmanager

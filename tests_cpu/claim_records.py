@@ -13,13 +13,11 @@ def trial(technique: str, slice_name: str, step_times, vms=("vm1", "vm2"), rtt: 
     batch = 4 * len(vms)
     run = train.TrainRun(len(step_times), losses=[1.0] * len(step_times), step_times_s=list(step_times),
                          excluded_steps=0) if status == "ok" else None
-    r = train.to_record(model_config("scale-tiny"), TrainConfig(batch_size=batch), None, run, status=status,
-                        reason={"ok": None, "oom": "RESOURCE_EXHAUSTED: out of memory",
-                                "error": "RuntimeError: worker died"}[status],
-                        technique=technique,
-                        cluster={"slice": slice_name, "vms_used": list(vms), "hosts": len(vms), "devices_per_host": 2,
-                                 "network": {"mechanism": mechanism if len(vms) > 1 else None,
-                                             "rtt_ms": rtt if len(vms) > 1 else None}})
+    where = records.Placement(technique, cluster={
+        "slice": slice_name, "vms_used": list(vms), "hosts": len(vms), "devices_per_host": 2,
+        "network": {"mechanism": mechanism if len(vms) > 1 else None, "rtt_ms": rtt if len(vms) > 1 else None}})
+    r = records.build(model_config("scale-tiny"), TrainConfig(batch_size=batch), None, run, where, status,
+                      {"ok": None, "oom": "RESOURCE_EXHAUSTED: out of memory", "error": "RuntimeError: worker died"}[status])
     r["data"]["steps_per_epoch"] = CORPUS_SEQUENCES // batch
     if status == "ok":
         r["timing"]["epoch_time_s"] = r["timing"]["median_step_s"] * CORPUS_SEQUENCES // batch
@@ -29,11 +27,10 @@ def trial(technique: str, slice_name: str, step_times, vms=("vm1", "vm2"), rtt: 
 def memory(model: str, technique: str, slice_name: str, vms, gib: float | None, status: str = "ok") -> dict:
     """A compile-only memory record: `gib` GiB per GPU, status ok, oom or error."""
     cfg = model_config(model)
-    return records.validate(train.to_record(
-        cfg, TrainConfig(batch_size=4 * 2 * len(vms), seq_len=cfg.n_positions, steps=1), None, None, status=status,
-        reason=None if status == "ok" else "too big" if status == "oom" else "ValueError: cannot build",
-        technique=technique,
-        cluster={"slice": slice_name, "vms_used": list(vms), "hosts": len(vms), "devices_per_host": 2,
-                 "network": {"mechanism": None, "rtt_ms": None}},
+    where = records.Placement(technique, cluster={"slice": slice_name, "vms_used": list(vms), "hosts": len(vms),
+                                                  "devices_per_host": 2, "network": {"mechanism": None, "rtt_ms": None}})
+    return records.validate(records.build(
+        cfg, TrainConfig(batch_size=4 * 2 * len(vms), seq_len=cfg.n_positions, steps=1), None, None, where, status,
+        None if status == "ok" else "too big" if status == "oom" else "ValueError: cannot build",
         memory={"bytes_per_device": int(gib * 2**30) if gib is not None else None,
                 "source": "xla-cpu-memory-analysis (compile only)"}))

@@ -11,7 +11,7 @@ from harness.config import TrainConfig, model_config
 def record(fixture_corpus):
     model_cfg, cfg = model_config("scale-tiny"), TrainConfig(steps=3, batch_size=8, seq_len=32)
     packed = data.prepare(model_cfg.vocab_size, 32, 8, fixture_corpus)
-    return train.to_record(model_cfg, cfg, packed, train.train(model_cfg, cfg, packed))
+    return records.build(model_cfg, cfg, packed, train.train(model_cfg, cfg, packed))
 
 
 def test_real_record_round_trips_through_jsonl(record, tmp_path):

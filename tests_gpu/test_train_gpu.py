@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from harness import data, train
+from harness import data, records, train
 from harness.config import TrainConfig, model_config
 
 
@@ -12,7 +12,7 @@ def test_scale_model_learns_on_gpu():
     packed = data.prepare(model_cfg.vocab_size, 128, 16)
     run = train.train(model_cfg, cfg, packed)
     assert np.mean(run.losses[-20:]) < run.losses[0] - 1.0
-    record = train.to_record(model_cfg, cfg, packed, run)
+    record = records.build(model_cfg, cfg, packed, run)
     assert record["environment"]["platform"] == "gpu"
     if record["throughput"]["peak_tflops"] is None:
         pytest.skip(f"unknown GPU {record['environment']['devices'][0]}: no peak for MFU")

@@ -56,7 +56,7 @@ def run(args) -> tuple[int, dict]:
         status, reason = records.failure(exc)
     finally:
         progress.close()
-    record = train.to_record(model_cfg, cfg, packed, run_, status, reason, args.peak_tflops)
+    record = records.build(model_cfg, cfg, packed, run_, status=status, reason=reason, peak=args.peak_tflops)
     if args.out:
         records.append(args.out, record)
     if not args.json:

@@ -12,18 +12,17 @@ from harness.suite.session import ClaimsLog
 def run_trial(trial: trials.Trial, runner: trials.Runner, benchmark, log: ClaimsLog) -> dict:
     """One trial, each timed step a pytest-benchmark round; the record goes to the log, also when
     the trial fails or the user interrupts it (then recorded as such, and the interrupt goes on)."""
-    running = trials.Running(runner, trial, trial.technique, group="")
+    result = trials.TrialResult(trial)
     try:
-        running = runner.prepare(trial)
-        if running.status == "ok":
-            benchmark.pedantic(running.step, rounds=runner.budget.repeats, iterations=1)
+        result = runner.prepare(trial)
+        if result.status == "ok":
+            benchmark.pedantic(runner.step, args=(result,), rounds=runner.budget.repeats, iterations=1)
     except trials.TrialFailed as e:
-        running.fail(e.status, e.reason)
+        result.fail(e.status, e.reason)
     except KeyboardInterrupt as e:
-        running.fail(*records.failure(e))
-        log.add(trial, running.record())
+        log.add(trial, runner.record(result.fail(*records.failure(e))))
         raise
-    record = running.record()
+    record = runner.record(result)
     log.add(trial, record)
     benchmark.extra_info.update(
         trial=trial.label, technique=trial.technique, slice=trial.slice, vms=record["cluster"]["vms_used"],
