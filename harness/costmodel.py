@@ -21,72 +21,22 @@ start after idle), so a transfer of n bytes takes the RTTs that slow start needs
 Each ring step also waits one one-way latency for its predecessor.
 
 Calibration constants, each named below with its source, are the only numbers not derived from
-the model, the slice and the data sheets: COMPUTE_EFFICIENCY, TCP_INITIAL_WINDOW_SEGMENTS and
-netmodel's TCP window, PCIe and default link figures. For the emulated CPU slices (validation),
+the model, the slice and the data sheets: COMPUTE_EFFICIENCY here, and netmodel's TCP and PCIe
+figures. For the emulated CPU slices (validation),
 `cpu_calibration` derives the core's rate and the link's effective window from two named trials.
 """
-import math
 from dataclasses import dataclass, field, replace
 
 from harness import flops, slices
 from harness.config import GPTConfig, Setup, Technique
-from harness.netmodel import PCIE_BYTES_PER_S, PCIE_LATENCY_S, TCP_WINDOW_BYTES, Links
+from harness.netmodel import DEFAULT_LINK_GBPS, Links, Network
 from harness.techniques import mesh_shape
 from harness.techniques.common import ClusterShape
 
 # Fraction of a GPU's peak a GPT-2 training step sustains. Megatron-LM reports 44-52% of A100
 # peak for GPT training (Narayanan et al., SC'21); Alpa's GPT benchmarks are in the same range.
 COMPUTE_EFFICIENCY = 0.45
-TCP_INITIAL_WINDOW_SEGMENTS = 10  # RFC 6928, Linux's default initial congestion window
-ETHERNET_MSS = 1448  # 1500-byte MTU less IP and TCP headers (with timestamps)
-DEFAULT_LINK_GBPS = 25.0  # FABRIC's dedicated ConnectX NICs; a slice file's bandwidth_gbps overrides it
-NCCL_LAUNCH_S = 20e-6  # launch and synchronisation of one NCCL collective: tens of microseconds
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
-@dataclass(frozen=True)
-class Network:
-    """How bytes move: inside a VM over PCIe, between VMs over one TCP connection per ring edge."""
-    link_bytes_per_s: float = DEFAULT_LINK_GBPS * 1e9 / 8
-    window_bytes: float = TCP_WINDOW_BYTES
-    initial_window_bytes: float = TCP_INITIAL_WINDOW_SEGMENTS * ETHERNET_MSS
-    ici_bytes_per_s: float = PCIE_BYTES_PER_S
-    ici_latency_s: float = PCIE_LATENCY_S
-    ring_over_devices: bool = True  # NCCL: every GPU is a rank; gloo (JAX on CPU): one rank per VM
-    per_collective_s: float = NCCL_LAUNCH_S  # fixed cost of one collective between VMs
-
-    def send_s(self, nbytes: float, rtt_s: float) -> float:
-        """One TCP connection moving nbytes from a cold start (after idle): one-way latency, then
-        round trips whose window doubles from the initial one (slow start) up to
-        cap = min(window, link x RTT), after which it carries cap per round trip."""
-        if nbytes <= 0:
-            return 0.0
-        if rtt_s <= 0:
-            return nbytes / self.link_bytes_per_s
-        cap = min(self.window_bytes, self.link_bytes_per_s * rtt_s)
-        first = min(self.initial_window_bytes, cap)
-        opening = max(0, math.ceil(math.log2(cap / first)))  # round trips before the window is fully open
-        carried = first * (2**opening - 1)  # what those round trips carry
-        if nbytes <= carried:
-            return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s
-        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / min(self.window_bytes / rtt_s, self.link_bytes_per_s)
-
-    def ring_s(self, nbytes: float, hosts: int, devices: int, rtt_s: float, phases: int) -> float:
-        """A ring collective over hosts x devices moving nbytes per rank: phases = 2 for an
-        all-reduce (reduce-scatter then all-gather), 1 for either half alone."""
-        if hosts * devices == 1:
-            return 0.0
-        local = 0.0  # the part inside each VM: all of it on one VM; for gloo, the reduction before the ring
-        if devices > 1:
-            d = devices
-            local = phases * (d - 1) / d * nbytes / self.ici_bytes_per_s + phases * (d - 1) * self.ici_latency_s
-        if hosts == 1:
-            return local
-        ranks = hosts * devices if self.ring_over_devices else hosts
-        per_edge = phases * (ranks - 1) / ranks * nbytes  # what each TCP connection of the ring carries
-        steps = phases * (ranks - 1)
-        cross = self.send_s(per_edge, rtt_s) + (steps - 1) * rtt_s / 2
-        return self.per_collective_s + cross + (0.0 if self.ring_over_devices else local)
 
 
 @dataclass
@@ -220,14 +170,14 @@ def _pipeshard(s: Step) -> tuple[dict, float, list]:
     """GPipe over the stages the technique cuts: the slowest stage sets the pace, the bubble idles
     (stages - 1) stage-times, every tick moves activations forward and gradients back; inside a
     stage its GPUs all-reduce their gradients, and the tied embedding's crosses the VMs."""
-    from harness.techniques.pipeshard import balance
+    from harness.techniques.pipeshard import stage_sizes
 
     cfg, net, m, d = s.cfg, s.net, s.m, s.d
     mesh = mesh_shape(Technique.PIPESHARD, s.hosts, d)
     stages, per_stage = mesh.hosts, mesh.devices_per_host
     head = flops.head_flops(cfg, s.batch, s.seq, recompute=s.remat)
     layer = (s.total_flops - head) / cfg.n_layer
-    blocks = balance(cfg.n_layer, stages, layer, head)  # the cut the technique makes
+    blocks = stage_sizes(cfg, stages, s.batch, s.seq)  # the cut the technique makes
     rates = [f * per_stage for f in s.devices.flops] if s.hosts > 1 else [s.devices.flops[0]] * d
     work = [n * layer + (head if i == stages - 1 else 0) for i, n in enumerate(blocks)]
     stage_time = max(w / m / r for w, r in zip(work, rates))  # one microbatch, forward and backward

@@ -24,6 +24,7 @@ import scipy.stats
 
 from harness import costmodel, slices
 from harness.config import GPTConfig, Setup
+from harness.netmodel import Network
 from harness.emulation.network import MTU
 
 TCP_HEADERS = 52  # IPv4 + TCP with timestamps
@@ -54,7 +55,7 @@ def _slice(r: dict) -> slices.Slice:
     return costmodel.with_rtt(sl, rtt) if rtt is not None else sl
 
 
-def _predict(r: dict, net: costmodel.Network, device_flops: float) -> costmodel.Prediction:
+def _predict(r: dict, net: Network, device_flops: float) -> costmodel.Prediction:
     sl = _slice(r)
     vms = tuple(r["cluster"]["vms_used"])
     devices = costmodel.Devices(tuple(device_flops for _ in vms), tuple(1e15 for _ in vms), sl.gpus_per_vm)
@@ -74,7 +75,7 @@ def _solve(f, target: float, lo: float, hi: float) -> float:
     return math.exp(scipy.optimize.brentq(g, a, b, xtol=1e-9))
 
 
-def calibrate(recs: list[dict]) -> tuple[costmodel.Network, float, list[str]]:
+def calibrate(recs: list[dict]) -> tuple[Network, float, list[str]]:
     """(network, FLOP/s per device, the trials used) from the records of an emulated run: the
     device rate from Data on one VM; the cost of one collective from ZeRO2 (32 collectives) on
     all VMs at the lowest RTT; the window from Data on all VMs at the lowest two-site RTT."""
@@ -87,7 +88,7 @@ def calibrate(recs: list[dict]) -> tuple[costmodel.Network, float, list[str]]:
     rates = [r["cluster"]["network"].get("link_bytes_per_s") for r in every]
     if not any(rates):
         raise ValueError("the records carry no measured link rate (network.link_bytes_per_s): not an emulated run")
-    net = costmodel.Network(link_bytes_per_s=max(filter(None, rates)), ring_over_devices=False,
+    net = Network(link_bytes_per_s=max(filter(None, rates)), ring_over_devices=False,
                             initial_window_bytes=10 * (MTU - TCP_HEADERS))
     used = [single]
     zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)

@@ -1,15 +1,24 @@
-"""What planners know of the network: bandwidth and latency inside a VM (ici) and between VMs (dcn).
+"""What the harness knows of the network: inside a VM (ici, PCIe) and between VMs (dcn, TCP).
+
+Network is the full model the cost model prices transfers with (one TCP connection per ring edge,
+its window, slow start after idle, a fixed cost per collective); Links is the planners' summary of
+it, one bandwidth and latency per axis (Network.links), which the Shard planner costs plans with.
 
 Between VMs, GPUs talk over TCP (NCCL sockets). One TCP connection carries at most window / RTT
 bytes per second however fast the link is, so a slice's RTT caps the bandwidth between its VMs;
 Linux's default maximum receive window (tcp_rmem) is 6 MiB. Inside a VM the figures are those of
 PCIe-attached GPUs without NVLink, as on the paper's FABRIC VMs.
 """
+import math
 from dataclasses import dataclass
 
 TCP_WINDOW_BYTES = 6 * 2**20  # Linux net.ipv4.tcp_rmem maximum, default
 PCIE_BYTES_PER_S = 12e9  # PCIe 3.0 x16, achievable
 PCIE_LATENCY_S = 10e-6
+TCP_INITIAL_WINDOW_SEGMENTS = 10  # RFC 6928, Linux's default initial congestion window
+ETHERNET_MSS = 1448  # 1500-byte MTU less IP and TCP headers (with timestamps)
+DEFAULT_LINK_GBPS = 25.0  # FABRIC's dedicated ConnectX NICs; a slice file's bandwidth_gbps overrides it
+NCCL_LAUNCH_S = 20e-6  # launch and synchronisation of one NCCL collective: tens of microseconds
 
 
 @dataclass(frozen=True)
@@ -20,10 +29,9 @@ class Links:
     dcn_latency_s: float = PCIE_LATENCY_S
 
     @classmethod
-    def for_rtt(cls, rtt_ms: float, link_bytes_per_s: float = 25e9 / 8) -> "Links":
+    def for_rtt(cls, rtt_ms: float, link_bytes_per_s: float = DEFAULT_LINK_GBPS * 1e9 / 8) -> "Links":
         """A slice whose VMs are rtt_ms apart on a link of the given speed (default 25 Gbit/s)."""
-        rtt = max(rtt_ms, 0.01) / 1e3
-        return cls(dcn_bytes_per_s=min(link_bytes_per_s, TCP_WINDOW_BYTES / rtt), dcn_latency_s=rtt / 2)
+        return Network(link_bytes_per_s=link_bytes_per_s).links(rtt_ms)
 
     def uniform(self) -> "Links":
         """The network as a planner that ignores VMs sees it (every link like the fast one)."""
@@ -36,3 +44,54 @@ class Links:
             return 0.0
         bw, lat = (self.dcn_bytes_per_s, self.dcn_latency_s) if hosts > 1 else (self.ici_bytes_per_s, self.ici_latency_s)
         return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
+
+
+@dataclass(frozen=True)
+class Network:
+    """How bytes move: inside a VM over PCIe, between VMs over one TCP connection per ring edge."""
+    link_bytes_per_s: float = DEFAULT_LINK_GBPS * 1e9 / 8
+    window_bytes: float = TCP_WINDOW_BYTES
+    initial_window_bytes: float = TCP_INITIAL_WINDOW_SEGMENTS * ETHERNET_MSS
+    ici_bytes_per_s: float = PCIE_BYTES_PER_S
+    ici_latency_s: float = PCIE_LATENCY_S
+    ring_over_devices: bool = True  # NCCL: every GPU is a rank; gloo (JAX on CPU): one rank per VM
+    per_collective_s: float = NCCL_LAUNCH_S  # fixed cost of one collective between VMs
+
+    def send_s(self, nbytes: float, rtt_s: float) -> float:
+        """One TCP connection moving nbytes from a cold start (after idle): one-way latency, then
+        round trips whose window doubles from the initial one (slow start) up to
+        cap = min(window, link x RTT), after which it carries cap per round trip."""
+        if nbytes <= 0:
+            return 0.0
+        if rtt_s <= 0:
+            return nbytes / self.link_bytes_per_s
+        cap = min(self.window_bytes, self.link_bytes_per_s * rtt_s)
+        first = min(self.initial_window_bytes, cap)
+        opening = max(0, math.ceil(math.log2(cap / first)))  # round trips before the window is fully open
+        carried = first * (2**opening - 1)  # what those round trips carry
+        if nbytes <= carried:
+            return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s
+        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / min(self.window_bytes / rtt_s, self.link_bytes_per_s)
+
+    def ring_s(self, nbytes: float, hosts: int, devices: int, rtt_s: float, phases: int) -> float:
+        """A ring collective over hosts x devices moving nbytes per rank: phases = 2 for an
+        all-reduce (reduce-scatter then all-gather), 1 for either half alone."""
+        if hosts * devices == 1:
+            return 0.0
+        local = 0.0  # the part inside each VM: all of it on one VM; for gloo, the reduction before the ring
+        if devices > 1:
+            d = devices
+            local = phases * (d - 1) / d * nbytes / self.ici_bytes_per_s + phases * (d - 1) * self.ici_latency_s
+        if hosts == 1:
+            return local
+        ranks = hosts * devices if self.ring_over_devices else hosts
+        per_edge = phases * (ranks - 1) / ranks * nbytes  # what each TCP connection of the ring carries
+        steps = phases * (ranks - 1)
+        cross = self.send_s(per_edge, rtt_s) + (steps - 1) * rtt_s / 2
+        return self.per_collective_s + cross + (0.0 if self.ring_over_devices else local)
+
+    def links(self, rtt_ms: float) -> Links:
+        """The planners' summary: one TCP connection carries at most window / RTT between VMs."""
+        rtt = max(rtt_ms, 0.01) / 1e3
+        return Links(self.ici_bytes_per_s, self.ici_latency_s,
+                     min(self.link_bytes_per_s, self.window_bytes / rtt), rtt / 2)

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from harness import costmodel, slices
 from harness.cli import main
 from harness.config import Setup, model_config
+from harness.netmodel import Network
 
 GPT2M = model_config("gpt2m")
-NET = costmodel.Network()
+NET = Network()
 
 
 def test_one_connection_is_capped_by_window_over_rtt():

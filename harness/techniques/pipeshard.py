@@ -49,6 +49,13 @@ def balance(n_layers: int, n_stages: int, layer_cost: float, last_extra: float) 
     return list(best(n_layers, n_stages)[1])
 
 
+def stage_sizes(model_cfg: GPTConfig, n_stages: int, batch: int, seq_len: int) -> list[int]:
+    """Blocks per stage: the cut Pipeshard makes, balancing Alpa's FLOPs (the head's on the last)."""
+    head = flops.head_flops(model_cfg, batch, seq_len)
+    layer = (flops.alpa_step_flops(model_cfg, batch, seq_len) - head) / model_cfg.n_layer
+    return balance(model_cfg.n_layer, n_stages, layer, head)
+
+
 class PipeshardParallel:
     name = Technique.PIPESHARD
 
@@ -64,17 +71,12 @@ class PipeshardParallel:
         check_divisible("batch", batch, self.micro_batches, "microbatches")
         check_divisible("microbatch", batch // self.micro_batches, shape.devices_per_host, "devices per VM")
 
-    def stage_sizes(self, model_cfg: GPTConfig, hosts: int, batch: int, seq_len: int) -> list[int]:
-        head = flops.head_flops(model_cfg, batch, seq_len)
-        layer = (flops.alpa_step_flops(model_cfg, batch, seq_len) - head) / model_cfg.n_layer
-        return balance(model_cfg.n_layer, hosts, layer, head)
-
     def build(self, model_cfg: GPTConfig, shape: ClusterShape, cfg: TrainConfig, total_steps: int,
               devices=None) -> Plan:
         self.validate(model_cfg, shape, cfg.batch_size)
         mesh = make_mesh(shape, devices)
         m, seq_len = self.micro_batches, cfg.resolved_seq_len(model_cfg)
-        stages = Stages(model_cfg, self.stage_sizes(model_cfg, shape.hosts, cfg.batch_size, seq_len), m, self.remat)
+        stages = Stages(model_cfg, stage_sizes(model_cfg, shape.hosts, cfg.batch_size, seq_len), m, self.remat)
         _, abstract = model.abstract_init(model_cfg)
         abstract_layout = jax.eval_shape(stages.layout, abstract)
         optimizer = optim.make(cfg, total_steps, abstract_layout, norm_fn=stages.global_norm)
