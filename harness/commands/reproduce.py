@@ -22,7 +22,7 @@ from harness import compare, resources, slices
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
 MODES = {
-    # --quick: the two slices that span the paper's regimes, 3 timed steps per trial (about 8 minutes here).
+    # --quick: the two slices that span the paper's regimes, 3 timed steps per trial (about 11 minutes here).
     "quick": {"slices": "quick", "repeats": 3, "memory_models": "gpt2m,gpt2L"},
     # full: all five Table I slices, 5 timed steps per trial, all three paper models for memory.
     "full": {"slices": "all", "repeats": 5, "memory_models": "gpt2m,gpt2l,gpt2L"},
@@ -31,8 +31,8 @@ MODES = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
-                   help="two slices (TACC-TACC, UTAH-GPN) and 3 repeats: about 8 minutes on a 2-core machine "
-                        "(default: all five Table I slices, 5 repeats: about 35 minutes)")
+                   help="two slices (TACC-TACC, UTAH-GPN) and 3 repeats: about 11 minutes on a 2-core machine "
+                        "(default: all five Table I slices, 5 repeats: about 37 minutes)")
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help="run the claims on this slice instead (repeatable): a Table I name or your own slice file")
     p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
