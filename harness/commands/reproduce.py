@@ -64,6 +64,7 @@ def run(args) -> tuple[int, dict]:
             "--claims-slices", settings["slices"], "--trial-repeats", str(settings["repeats"]),
             "--trial-model", args.model, "--memory-models", settings["memory_models"],
             "--report-dir", str(out), "--benchmark-json", str(out / "benchmark.json"),
+            "--benchmark-storage", f"file://{(out / '.benchmarks').resolve()}",  # not in the user's directory
             "--benchmark-columns", "median,min,max,rounds"]
     print(f"reproduce ({mode}): {suite} -> {out}", file=sys.stderr, flush=True)
     start = time.perf_counter()
