@@ -9,14 +9,14 @@ from harness.suite import options
 from harness.suite.session import ClaimsLog
 
 
-def run_trial(trial: trials.Trial, runner: trials.Runner, benchmark, log: ClaimsLog) -> dict:
-    """One trial, each timed step a pytest-benchmark round; the record goes to the log, also when
-    the trial fails or the user interrupts it (then recorded as such, and the interrupt goes on)."""
+def timed(trial: trials.Trial, runner: trials.Runner, log: ClaimsLog, time_steps) -> dict:
+    """Prepare the trial and time its steps (time_steps(result)); the record goes to the log, also
+    when the trial fails or the user interrupts it (then recorded as such, and the interrupt goes on)."""
     result = trials.TrialResult(trial)
     try:
         result = runner.prepare(trial)
         if result.status == "ok":
-            benchmark.pedantic(runner.step, args=(result,), rounds=runner.budget.repeats, iterations=1)
+            time_steps(result)
     except trials.TrialFailed as e:
         result.fail(e.status, e.reason)
     except KeyboardInterrupt as e:
@@ -24,6 +24,13 @@ def run_trial(trial: trials.Trial, runner: trials.Runner, benchmark, log: Claims
         raise
     record = runner.record(result)
     log.add(trial, record)
+    return record
+
+
+def run_trial(trial: trials.Trial, runner: trials.Runner, benchmark, log: ClaimsLog) -> dict:
+    """One trial, each timed step a pytest-benchmark round."""
+    record = timed(trial, runner, log, lambda result: benchmark.pedantic(
+        runner.step, args=(result,), rounds=runner.budget.repeats, iterations=1))
     benchmark.extra_info.update(
         trial=trial.label, technique=trial.technique, slice=trial.slice, vms=record["cluster"]["vms_used"],
         status=record["status"], reason=record["reason"], rtt_ms=record["cluster"]["network"]["rtt_ms"],
@@ -39,7 +46,7 @@ def ensure_trials(runner: trials.Runner, log: ClaimsLog, wanted: list[trials.Tri
     """Records of the wanted trials; those no test ran yet (a claim selected on its own) run now."""
     for trial in wanted:
         if trial not in log.trials:
-            log.add(trial, runner.measure(trial))
+            timed(trial, runner, log, lambda result: [runner.step(result) for _ in range(runner.budget.repeats)])
     return [log.trials[t] for t in wanted]
 
 

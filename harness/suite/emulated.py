@@ -19,14 +19,18 @@ import numpy as np
 import pytest
 
 from harness import claims, costmodel_check, data, measured_selection, records, train
-from harness.suite import checks, deviations, options
-from harness.suite.claims_tests import test_claim, test_trial
+from harness.suite import checks, claims_tests, deviations, options
 
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
            "memory_table", "test_memory_claim", "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
 
 pytestmark = pytest.mark.claims_backend("emulated-cpu")
+
+# The trials first, each a benchmark, then the claims over them: pytest runs a module's tests in
+# the order they are bound here.
+test_trial = claims_tests.test_trial
+test_claim = claims_tests.test_claim
 
 
 # Summing gradients over 4 devices rounds differently from one device. On the 4-device batch the
