@@ -22,13 +22,7 @@ class Trials:
         if key not in self.records:
             trial = trials.Trial(technique, self.slice.name, trials.ALL_VMS if len(vms) > 1 else vms[0])
             print(f"select: {trial.label} ...", file=sys.stderr, flush=True)
-            try:
-                record = self.runner.measure(trial)
-            except KeyboardInterrupt as e:
-                interrupted = trials.TrialResult(trial).fail(*records.failure(e))
-                records.append(self.results, self.runner.record(interrupted))
-                raise
-            records.append(self.results, record)
+            record = self.runner.measure(trial, lambda r: records.append(self.results, r))
             self.records[key] = record
             print(f"select: {trial.label}: {record['status']}, T = {selection.average_tflops(record):.4g} "
                   f"TFLOP/s per GPU", file=sys.stderr, flush=True)

@@ -157,16 +157,27 @@ class Runner:
         self.history.setdefault((vms, trial.technique), []).extend(first["losses"])
         return first["losses"], first["step_times_s"]
 
-    def measure(self, trial: Trial) -> dict:
-        """Prepare and time one trial without pytest-benchmark: its record."""
-        result = self.prepare(trial)
-        if result.status == "ok":
-            try:
-                for _ in range(self.budget.repeats):
-                    self.step(result)
-            except TrialFailed as e:
-                result.fail(e.status, e.reason)
-        return self.record(result)
+    def measure(self, trial: Trial, keep, time_steps=None) -> dict:
+        """Prepare the trial and time its steps (time_steps(result); by default `repeats` calls of
+        step). Its record goes to keep(record) and is returned, also when the trial fails; when the
+        user interrupts it, the record so far goes to keep and the interrupt goes on."""
+        result = TrialResult(trial)
+        try:
+            result = self.prepare(trial)
+            if result.status == "ok":
+                (time_steps or self._repeat)(result)
+        except TrialFailed as e:
+            result.fail(e.status, e.reason)
+        except KeyboardInterrupt as e:
+            keep(self.record(result.fail(*records.failure(e))))
+            raise
+        record = self.record(result)
+        keep(record)
+        return record
+
+    def _repeat(self, result: TrialResult) -> None:
+        for _ in range(self.budget.repeats):
+            self.step(result)
 
     def call(self, group: str, request: dict) -> dict:
         """A request to every worker of a group: their answers by VM, or TrialFailed. A group whose

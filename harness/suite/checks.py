@@ -3,33 +3,16 @@ pytest-benchmark test, make sure every trial a claim needs has run, judge a clai
 against the backend's declared deviations, and build the compile-only memory table."""
 import pytest
 
-from harness import claims, memory, records, trials
+from harness import claims, memory, trials
 from harness.config import Setup
 from harness.suite import options
 from harness.suite.session import ClaimsLog
 
 
-def timed(trial: trials.Trial, runner: trials.Runner, log: ClaimsLog, time_steps) -> dict:
-    """Prepare the trial and time its steps (time_steps(result)); the record goes to the log, also
-    when the trial fails or the user interrupts it (then recorded as such, and the interrupt goes on)."""
-    result = trials.TrialResult(trial)
-    try:
-        result = runner.prepare(trial)
-        if result.status == "ok":
-            time_steps(result)
-    except trials.TrialFailed as e:
-        result.fail(e.status, e.reason)
-    except KeyboardInterrupt as e:
-        log.add(trial, runner.record(result.fail(*records.failure(e))))
-        raise
-    record = runner.record(result)
-    log.add(trial, record)
-    return record
-
-
 def run_trial(trial: trials.Trial, runner: trials.Runner, benchmark, log: ClaimsLog) -> dict:
-    """One trial, each timed step a pytest-benchmark round."""
-    record = timed(trial, runner, log, lambda result: benchmark.pedantic(
+    """One trial, each timed step a pytest-benchmark round; the record goes to the log, also when
+    the trial fails or the user interrupts it (Runner.measure)."""
+    record = runner.measure(trial, lambda r: log.add(trial, r), lambda result: benchmark.pedantic(
         runner.step, args=(result,), rounds=runner.budget.repeats, iterations=1))
     benchmark.extra_info.update(
         trial=trial.label, technique=trial.technique, slice=trial.slice, vms=record["cluster"]["vms_used"],
@@ -46,7 +29,7 @@ def ensure_trials(runner: trials.Runner, log: ClaimsLog, wanted: list[trials.Tri
     """Records of the wanted trials; those no test ran yet (a claim selected on its own) run now."""
     for trial in wanted:
         if trial not in log.trials:
-            timed(trial, runner, log, lambda result: [runner.step(result) for _ in range(runner.budget.repeats)])
+            runner.measure(trial, lambda r, t=trial: log.add(t, r))
     return [log.trials[t] for t in wanted]
 
 
