@@ -103,9 +103,12 @@ def _best_single(vms, t: _Trials, predicted=None, margin: float = 0.3) -> tuple[
             measured[(vm, tech)] = t(tech, (vm,))
     else:
         guess = {c: predicted(c[1], (c[0],)) for c in candidates}
+        # A run exactly (1 + margin)^2 below may tie, and ties decide (first VM, Data): it must run.
+        # The factor is computed in floating point, so "exactly" gets a relative tolerance.
+        bound = (1 + margin) ** 2 * (1 + 1e-9)
         for c in sorted(candidates, key=lambda c: -guess[c]):
             beaten_by = next((b for b, value in measured.items()
-                              if value > 0 and guess[c] * (1 + margin) ** 2 < guess[b]), None)
+                              if value > 0 and guess[c] * bound < guess[b]), None)
             if beaten_by:
                 t.skip(c[1], (c[0],), f"predicted below {beaten_by[1]} on {beaten_by[0]} by more than (1 + {margin})^2")
             else:
