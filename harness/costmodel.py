@@ -25,10 +25,11 @@ the model, the slice and the data sheets: COMPUTE_EFFICIENCY here, and netmodel'
 figures. For the emulated CPU slices (validation),
 `cpu_calibration` derives the core's rate and the link's effective window from two named trials.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from harness import flops, slices
 from harness.config import GPTConfig, Setup, Technique
+from harness.errors import BadInput
 from harness.netmodel import DEFAULT_LINK_GBPS, Links, Network
 from harness.techniques import mesh_shape
 from harness.techniques.common import ClusterShape
@@ -215,6 +216,10 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
         raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(TERMS)}")
     devices = devices or Devices.of(sl, vms, setup.precision)
     hosts = len(vms)
+    stages = mesh_shape(technique, hosts, sl.gpus_per_vm).hosts if technique == Technique.PIPESHARD else 1
+    if stages > cfg.n_layer:
+        raise BadInput(f"Pipeshard cannot run {cfg.name} on {hosts} VMs: one stage per VM, and it has "
+                       f"{cfg.n_layer} layers")
     step = Step(cfg, net or network_for(sl), devices, hosts, sl.gpus_per_vm,
                 rtt=max((sl.rtt_between(a, b) for a in vms for b in vms if a != b), default=0.0) / 1e3,
                 seq=setup.seq_len or cfg.n_positions, batch=setup.batch_per_gpu * hosts * sl.gpus_per_vm,
@@ -245,14 +250,18 @@ def placements(sl: slices.Slice) -> list[tuple[str, ...]]:
 
 
 def predict_slice(sl: slices.Slice, cfg: GPTConfig, setup: Setup = Setup(), net: Network | None = None,
-                  devices_for=None, epochs: int = 20, dataset_tokens: float = 0.0) -> list[Prediction]:
-    out = []
+                  devices_for=None, epochs: int = 20,
+                  dataset_tokens: float = 0.0) -> tuple[list[Prediction], list[dict]]:
+    """Every technique on every placement; and those that cannot run there, with the reason."""
+    out, cannot = [], []
     for vms in placements(sl):
         devices = devices_for(vms) if devices_for else None
-        out += [predict(t, sl, vms, cfg, setup, net, devices, epochs, dataset_tokens) for t in Technique]
-    return out
+        for t in Technique:
+            try:
+                out.append(predict(t, sl, vms, cfg, setup, net, devices, epochs, dataset_tokens))
+            except BadInput as e:
+                cannot.append({"technique": str(t), "vms": list(vms), "reason": str(e)})
+    return out, cannot
 
 
-def with_rtt(sl: slices.Slice, rtt_ms: float) -> slices.Slice:
-    return replace(sl, rtt_ms=rtt_ms, site_rtt_ms=())
 

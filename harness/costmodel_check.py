@@ -52,7 +52,7 @@ def _setup(r: dict) -> Setup:
 def _slice(r: dict) -> slices.Slice:
     sl = slices.load(r["cluster"]["slice"])
     rtt = r["cluster"]["network"]["rtt_ms"]
-    return costmodel.with_rtt(sl, rtt) if rtt is not None else sl
+    return sl.with_rtt(rtt) if rtt is not None else sl
 
 
 def _predict(r: dict, net: Network, device_flops: float) -> costmodel.Prediction:
@@ -89,7 +89,7 @@ def calibrate(recs: list[dict]) -> tuple[Network, float, list[str]]:
     if not any(rates):
         raise ValueError("the records carry no measured link rate (network.link_bytes_per_s): not an emulated run")
     net = Network(link_bytes_per_s=max(filter(None, rates)), ring_over_devices=False,
-                            initial_window_bytes=10 * (MTU - TCP_HEADERS))
+                  initial_window_bytes=10 * (MTU - TCP_HEADERS))
     used = [single]
     zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)
     if zero2:

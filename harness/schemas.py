@@ -2,6 +2,7 @@
 slice inventories (<name>.schema.json beside this module). A document that does not conform is
 rejected with one line naming the file and the field."""
 import json
+import math
 from functools import cache
 from pathlib import Path
 
@@ -49,16 +50,33 @@ def problem(doc, name: str) -> str | None:
         return f"{where}: needs exactly one of the fields {' or '.join(repr(s['required'][0]) for s in expected)}"
     described = {"type": lambda: " or ".join(TYPES[t] for t in ([expected] if isinstance(expected, str) else expected)),
                  "minimum": lambda: f">= {expected}", "exclusiveMinimum": lambda: f"> {expected}",
+                 "maximum": lambda: f"<= {expected}", "exclusiveMaximum": lambda: f"< {expected}",
+                 "maxItems": lambda: f"a list of at most {expected}",
+                 "maxLength": lambda: f"a string of at most {expected} characters",
                  "enum": lambda: "one of " + ", ".join(map(str, expected)),
                  "minItems": lambda: f"a list of at least {expected}", "minLength": lambda: "a non-empty string",
                  "pattern": lambda: f"of the form {error.schema.get('description', expected)}"}.get(kind)
     if described is None:
         return f"field {where!r}: {error.message}"
-    return f"field {where!r} must be {described()}, got {error.instance!r}"
+    return f"field {where!r} must be {described()}, got {shown(error.instance)}"
+
+
+def shown(value, width: int = 60) -> str:
+    """A value as the error line quotes it: repr, cut to width (a 10 kB name stays one short line)."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def non_finite(doc, path=()) -> str | None:
+    """The first NaN or infinity in doc (TOML has both; a schema's bounds do not catch NaN)."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return f"field {field_name(path)!r} must be a finite number, got {doc}"
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    return next((why for key, value in items if (why := non_finite(value, (*path, key)))), None)
 
 
 def check(doc, name: str, source: str) -> None:
     """Raises BadInput ("SOURCE: field 'vm[0].gpus' must be >= 1, got 0") unless doc conforms."""
-    why = problem(doc, name)
+    why = non_finite(doc) or problem(doc, name)
     if why:
         raise BadInput(f"{source}: {why}")

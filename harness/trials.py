@@ -60,10 +60,15 @@ class TrialResult:
     step_times_s: list = field(default_factory=list)
     status: str = "ok"
     reason: str | None = None
+    packets: dict | None = None  # what the emulated link did during the timed steps (its counters)
 
     def fail(self, status: str, reason: str) -> "TrialResult":
         self.status, self.reason = status, reason
         return self
+
+
+def _difference(after: dict | None, before: dict | None) -> dict | None:
+    return None if after is None or before is None else {k: n - before.get(k, 0) for k, n in after.items()}
 
 
 class TrialFailed(RuntimeError):
@@ -165,7 +170,9 @@ class Runner:
         try:
             result = self.prepare(trial)
             if result.status == "ok":
+                before = self._counters(trial)
                 (time_steps or self._repeat)(result)
+                result.packets = _difference(self._counters(trial), before)
         except TrialFailed as e:
             result.fail(e.status, e.reason)
         except KeyboardInterrupt as e:
@@ -174,6 +181,18 @@ class Runner:
         record = self.record(result)
         keep(record)
         return record
+
+    def _counters(self, trial: Trial) -> dict | None:
+        """The emulated link's counters summed over the directions between the trial's VMs."""
+        vms = self.vms_of(trial)
+        if self.network is None or len(vms) < 2:
+            return None
+        total = {}
+        for key, counts in self.network.counters().items():
+            if set(key.split(">")) <= set(vms):
+                for name, n in counts.items():
+                    total[name] = total.get(name, 0) + n
+        return total
 
     def _repeat(self, result: TrialResult) -> None:
         for _ in range(self.budget.repeats):
@@ -230,6 +249,9 @@ class Runner:
         network = {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None}
         if crosses and self.link_bytes_per_s:
             network["link_bytes_per_s"] = self.link_bytes_per_s
+        if crosses and self.network is not None:
+            network["links"] = {k: v for k, v in self.network.settings().items() if set(k.split(">")) <= set(vms)}
+            network["packets"] = result.packets
         where = records.Placement(trial.technique, self.budget.micro_batches, result.info.get("description"), {
             "slice": trial.slice, "vms_used": vms, "hosts": len(vms), "devices_per_host": self.devices_per_host,
             "network": network})

@@ -41,8 +41,8 @@ def test_every_step_grows_with_rtt_and_is_the_sum_of_its_terms(name, rtt_a, extr
     sl = slices.load(name)
     vms = tuple(vm.name for vm in sl.vms)
     for technique in ("Data", "ZeRO2", "Shard", "Pipeshard"):
-        near = costmodel.predict(technique, costmodel.with_rtt(sl, rtt_a), vms, GPT2M)
-        far = costmodel.predict(technique, costmodel.with_rtt(sl, rtt_a + extra), vms, GPT2M)
+        near = costmodel.predict(technique, sl.with_rtt(rtt_a), vms, GPT2M)
+        far = costmodel.predict(technique, sl.with_rtt(rtt_a + extra), vms, GPT2M)
         assert far.step_s >= near.step_s
         assert near.step_s == pytest.approx(sum(near.terms.values()))
 

@@ -203,6 +203,7 @@ def test_without_root_the_cli_says_what_is_missing():
     assert "emulated slices need root (network namespaces and TUN devices)" in proc.stderr.splitlines()[-1]
 
 
+@pytest.mark.skipif(netns.has_netem(), reason="this kernel has sch_netem: forcing netem works (test_netem.py)")
 def test_forcing_netem_says_why_it_cannot_be_used():
     proc = subprocess.run([sys.executable, "-m", "harness", "emulate", "--mechanism", "netem"],
                           capture_output=True, text=True)
@@ -216,6 +217,19 @@ def test_emulate_command_probes_and_tears_down():
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     pair = report["pairs"][0]
-    assert report["mechanism"] == "userspace" and pair["target_rtt_ms"] == 57.4
+    assert report["mechanism"] == ("netem" if netns.has_netem() else "userspace") and pair["target_rtt_ms"] == 57.4
     assert abs(pair["rtt_error_ms"]) <= 0.05 * 57.4 + 0.3
     assert not any(name in netns.ours() for name in (v["netns"] for v in report["vms"].values()))
+
+
+def test_a_change_of_delay_forgets_what_tcp_learned_of_the_old_one(net):
+    """Linux starts a connection from the RTT and ssthresh it cached for the peer (tcp_metrics);
+    after a live change of delay those belong to another link, so the change flushes them."""
+    def cached(vm: str) -> str:
+        return net.run(vm, ["ip", "tcp_metrics", "show"], capture_output=True, text=True, check=True).stdout
+
+    net.set_rtt(0.0)
+    measure_throughput(net, "vm1", "vm2", 8 * 2**20)
+    assert net.address["vm2"] in cached("vm1")
+    net.set_rtt(20.2)
+    assert cached("vm1").strip() == "" and cached("vm2").strip() == ""

@@ -7,7 +7,6 @@ is checked is the path, not the claims (test_claims.py judges those, on the same
 link is short (2 ms) and one trial, Data on both VMs, stands for the others: the path does not
 depend on the technique, and every set of VMs costs its own worker start-up (~20 s here).
 """
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ def inventory_text(sl, address: str) -> str:
 
 def test_fabric_suite_on_an_emulated_slice_posing_as_live(tmp_path):
     require_emulation()
-    sl = dataclasses.replace(slices.load("UTAH-GPN"), rtt_ms=RTT_MS)
+    sl = slices.load("UTAH-GPN").with_rtt(RTT_MS)
     report = tmp_path / "report"
     with EmulatedNetwork(sl) as net, RayCluster(net) as cluster:
         net.set_rtt(0.0)

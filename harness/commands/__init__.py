@@ -3,7 +3,12 @@
 run returns (exit status, result): the result is the command's one JSON document under --json,
 and is printed for people by the command itself otherwise.
 """
-from harness.commands import compare, emulate, memory, predict, reproduce, select, train
+import importlib
 
-COMMANDS = {"reproduce": reproduce, "train": train, "memory": memory, "emulate": emulate, "compare": compare,
-            "select": select, "predict": predict}
+NAMES = ("reproduce", "train", "memory", "emulate", "compare", "select", "predict")
+
+
+def command(name: str):
+    """A subcommand's module, imported when asked for: several import JAX, which costs a second
+    here and half a minute in the netem tests' emulated VM, where only `emulate` runs."""
+    return importlib.import_module(f"harness.commands.{name}")

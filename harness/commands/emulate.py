@@ -26,13 +26,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtt", type=float, default=None, metavar="MS", help="one RTT for every pair instead of the slice's")
     p.add_argument("--ray", action="store_true", help="also start a Ray node per VM and report the cluster")
     p.add_argument("--mechanism", default="auto", choices=MECHANISMS,
-                   help="how delay is put on the packets (default: auto, the userspace delay link)")
+                   help="how delay is put on the packets (default: auto, netem where the kernel has sch_netem, "
+                        "else the userspace delay link)")
+    link = p.add_argument_group("every link, both ways (a slice file can set them per direction in [[link]] tables)")
+    link.add_argument("--jitter", type=float, metavar="MS", help="delay jitter, one way (reorders packets unless rate-capped)")
+    link.add_argument("--jitter-distribution", choices=("uniform", "normal", "pareto"), help="jitter's distribution (default: normal)")
+    link.add_argument("--loss", type=float, metavar="PERCENT", help="random loss, each way")
+    link.add_argument("--bandwidth", type=float, metavar="GBPS", help="rate cap")
+    link.add_argument("--queue", type=int, metavar="PACKETS",
+                      help="queue limit (netem's limit; default: twice the bandwidth-delay product, never below 1000)")
 
 
 def run(args) -> tuple[int, dict]:
     sl = slices.load(args.slice)
-    if args.rtt is not None and args.rtt < 0:
-        raise BadInput(f"--rtt must be >= 0, got {args.rtt}")
+    if args.rtt is not None and not 0 <= args.rtt <= 10000:
+        raise BadInput(f"--rtt must be between 0 and 10000 ms, got {args.rtt}")
+    try:
+        sl = slices.with_link_defaults(sl, jitter_ms=args.jitter, jitter_distribution=args.jitter_distribution,
+                                       loss_percent=args.loss, bandwidth_gbps=args.bandwidth,
+                                       queue_packets=args.queue)
+    except BadInput as e:
+        flags = {"jitter_ms": "--jitter", "jitter_distribution": "--jitter-distribution", "loss_percent": "--loss",
+                 "bandwidth_gbps": "--bandwidth", "queue_packets": "--queue"}
+        raise BadInput(next((str(e).replace(f"field {k!r}", v) for k, v in flags.items() if repr(k) in str(e)),
+                            str(e))) from None
     problem = netns.missing_privileges()
     if problem:
         raise BadInput(problem)
@@ -57,6 +74,7 @@ def run(args) -> tuple[int, dict]:
                                     "throughput_bytes_per_s": measure_throughput(net, a, b, nbytes),
                                     "window_over_rtt_bytes_per_s": predicted})
         result["tcp_window_bytes"] = window
+        result["links"], result["packets"] = net.settings(), net.counters()
         if args.ray:
             from harness.cluster.ray_nodes import RayCluster
 
@@ -76,5 +94,13 @@ def print_report(r: dict) -> None:
     for p in r["pairs"]:
         print(f"{p['a'] + '-' + p['b']:12} {p['target_rtt_ms']:9.1f} {p['rtt_ms']:8.2f} {p['rtt_error_ms']:+7.2f} "
               f"{p['throughput_bytes_per_s'] / 1e6:8.1f} {p['window_over_rtt_bytes_per_s'] / 1e6:10.1f}")
+    for key, s in r["links"].items():
+        c = r["packets"][key]
+        drops = {k.removeprefix("dropped_"): n for k, n in c.items() if k.startswith("dropped_") and n}
+        print(f"link {key}: {s['delay_ms']:g} ms one way, jitter {s['jitter_ms']:g} ms ({s['jitter_distribution']}), "
+              f"loss {s['loss_percent']:g}%{' + Gilbert-Elliott' if s['loss_gemodel'] else ''}, "
+              f"rate {str(s['bandwidth_gbps']) + ' Gbit/s' if s['bandwidth_gbps'] else 'uncapped'}, "
+              f"queue {s['queue_packets']} packets; {c.get('packets', 0)} packets, "
+              f"dropped {', '.join(f'{n} ({k})' for k, n in drops.items()) or 'none'}")
     for n in r.get("ray_nodes", []):
         print(f"ray node {n['address']}: {', '.join(f'{k}={v:g}' for k, v in sorted(n['resources'].items()))}")

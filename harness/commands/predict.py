@@ -46,13 +46,13 @@ def run(args) -> tuple[int, dict]:
                        f"({args.batch_per_gpu} x {sl.gpus_per_vm} GPUs)")
     tokens = args.tokens if args.tokens is not None else corpus_tokens()
     setup = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=not args.no_remat)
-    predictions = costmodel.predict_slice(
+    predictions, cannot = costmodel.predict_slice(
         sl, cfg, setup, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
         epochs=args.epochs, dataset_tokens=tokens)
     result = {"slice": sl.name, "model": cfg.name,
               "setup": dataclasses.asdict(setup) | {"epochs": args.epochs, "dataset_tokens": tokens,
                                                     "efficiency": args.efficiency},
-              "rtt_ms": sl.rtt_ms, "predictions": [p.to_dict() for p in predictions]}
+              "rtt_ms": sl.rtt_ms, "predictions": [p.to_dict() for p in predictions], "cannot_run": cannot}
     if not args.json:
         print(summary(result))
     return 0, result
@@ -77,4 +77,5 @@ def summary(result: dict) -> str:
         lines.append(f"{p['technique']:9} {'+'.join(p['vms']):9} {p['step_s']:7.3g} {t['compute']:8.3g} "
                      f"{t['collectives']:8.3g} {t['pipeline_bubble']:7.3g} {t['pipeline_transfers']:7.3g} {hours} "
                      f"{p['tflops_per_gpu']:7.3g} {p['memory_gb']:6.1f}{'' if p['fits'] else ' x (out of memory)'}")
+    lines += [f"{c['technique']:9} {'+'.join(c['vms']):9} cannot run: {c['reason']}" for c in result["cannot_run"]]
     return "\n".join(lines)

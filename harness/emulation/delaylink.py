@@ -2,17 +2,24 @@
 
 Each emulated VM's namespace gets a TUN device; this relay process holds all of them. A packet
 read from VM a's TUN and addressed to VM b waits in a timed queue for the one-way delay of the
-pair (a, b), then is written to b's TUN. The delay is on the packets, so TCP sees a real RTT:
-slow start, window / RTT throughput, retransmissions. An optional rate per pair adds
-serialisation time, as a bandwidth cap.
+direction (a, b), then is written to b's TUN. The delay is on the packets, so TCP sees a real RTT:
+slow start, window / RTT throughput, retransmissions. Per direction, as netem: jitter drawn from a
+distribution (packets overtake each other unless the direction has a rate, as with netem's), random
+or Gilbert-Elliott loss, a rate (serialisation time, a bandwidth cap), and a queue limit in
+packets: a packet that finds `limit` packets of its direction held is dropped. Every drop is
+counted by cause.
 
 Run as `python -m harness.emulation.delaylink` with one JSON object on the first line of stdin:
     {"endpoints": [["/var/run/netns/<ns>", "tun0", "198.18.0.1"], ...],
-     "links": [["198.18.0.1", "198.18.0.2", one_way_delay_s, rate_bytes_per_s or null], ...]}
-(a delay of null takes that direction of the link down: its packets are dropped).
+     "links": [{"src": "198.18.0.1", "dst": "198.18.0.2", "delay_s": 0.01, "jitter_s": 0,
+                "distribution": "normal", "loss": 0, "gemodel": [p, r, bad_loss, good_loss] or null,
+                "rate": bytes_per_s or null, "limit": packets}, ...]}
+(a delay_s of null takes that direction down: its packets are dropped; probabilities are fractions).
 It prints `ready` once every TUN exists. Later lines change links live ({"links": [...]}, answered
 `ok`), ask how long the link held the packets it released since the last such question
-({"held": true}, answered {"src>dst": [ms, ...]}: the latest HELD_KEPT per direction), or stop it
+({"held": true}, answered {"src>dst": [ms, ...]}: the latest HELD_KEPT per direction), ask for the
+counters ({"counters": true}, answered {"src>dst": {"packets": n, "delivered": n, "dropped_queue": n,
+"dropped_loss": n, "dropped_down": n, "dropped_receiver": n}}, totals since start), or stop it
 ({"stop": true}); end of stdin stops it too. Stopping closes the TUNs, which removes them.
 """
 import ctypes
@@ -20,12 +27,14 @@ import fcntl
 import heapq
 import json
 import os
+import random
 import select
 import socket
 import struct
 import sys
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
 
 TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
@@ -58,25 +67,87 @@ def open_tun(netns_path: str, name: str) -> int:
         os.close(target)
 
 
+def _pareto() -> float:
+    """A draw of netem's pareto shape (alpha 3), scaled to mean 0 and standard deviation 1."""
+    alpha = 3.0
+    x = (1.0 - random.random()) ** (-1.0 / alpha)  # Pareto(alpha) with scale 1: mean 1.5, sd sqrt(3)/2
+    return (x - 1.5) / (3 ** 0.5 / 2)
+
+
+JITTER = {"uniform": lambda: random.uniform(-1.0, 1.0),  # netem's default: +-jitter
+          "normal": lambda: random.gauss(0.0, 1.0),
+          "pareto": _pareto}
+
+
+@dataclass
+class Direction:
+    """One direction of a link, as netem's qdisc on the sender's side would hold it."""
+    out: int  # the receiving VM's TUN
+    delay: float
+    jitter: float = 0.0
+    distribution: str = "normal"
+    loss: float = 0.0
+    gemodel: tuple | None = None  # (p, r, bad_loss, good_loss) as fractions
+    rate: float | None = None
+    limit: int = 1000
+    bad: bool = False  # the Gilbert-Elliott state
+    free_at: float = 0.0  # when the rate lets the next packet leave
+    last_due: float = 0.0  # with a rate, packets leave in order
+    held: int = 0  # packets in the queue now
+    counts: Counter = field(default_factory=Counter)
+
+    @property
+    def plain(self) -> bool:
+        return self.delay == 0.0 and not self.jitter and self.rate is None and not self.loss and not self.gemodel
+
+    def lost(self) -> bool:
+        if self.loss and random.random() < self.loss:
+            return True
+        if self.gemodel:
+            p, r, bad_loss, good_loss = self.gemodel
+            if random.random() < (r if self.bad else p):
+                self.bad = not self.bad
+            return random.random() < (bad_loss if self.bad else good_loss)
+        return False
+
+    def due(self, now: float, size: int) -> float:
+        """When a packet of `size` bytes that arrives now leaves the link."""
+        delay = self.delay + (self.jitter * JITTER[self.distribution]() if self.jitter else 0.0)
+        if not self.rate:
+            return now + max(0.0, delay)  # jitter alone reorders, as netem's does
+        self.free_at = max(now, self.free_at) + size / self.rate
+        self.last_due = max(self.free_at + max(0.0, delay), self.last_due)
+        return self.last_due
+
+
 class Relay:
     def __init__(self, endpoints: dict[bytes, int]):
         self.fd_of = endpoints  # IPv4 address (4 bytes) -> TUN fd
-        # source + destination address (the 8 bytes at offset 12 of an IPv4 header) -> link
-        self.route: dict[bytes, tuple[int, float, float | None]] = {}
-        self.free_at: dict[bytes, float] = {}
-        self.queue: list = []  # (due, seq, out_fd, packet, arrived)
+        # source + destination address (the 8 bytes at offset 12 of an IPv4 header) -> its direction
+        self.route: dict[bytes, Direction] = {}
+        self.down: dict[bytes, Counter] = {}  # directions taken down, with their counters
+        self.queue: list = []  # (due, seq, direction, packet, arrived)
         self.seq = 0
         # What the link adds, measured where it is added: from a packet's read to its release.
         self.held: dict[bytes, deque] = defaultdict(lambda: deque(maxlen=HELD_KEPT))
 
     def set_links(self, links) -> None:
-        """(src, dst, one-way delay s, rate B/s or None); a delay of None takes the link down."""
-        for src, dst, delay, rate in links:
-            pair = socket.inet_aton(src) + socket.inet_aton(dst)
-            if delay is None:
-                self.route.pop(pair, None)
-            elif pair[4:] in self.fd_of:
-                self.route[pair] = (self.fd_of[pair[4:]], float(delay), rate)
+        """Direction settings as in the module's docstring; a delay_s of None takes one down."""
+        for spec in links:
+            pair = socket.inet_aton(spec["src"]) + socket.inet_aton(spec["dst"])
+            if pair[4:] not in self.fd_of:
+                continue
+            old = self.route.pop(pair, None)
+            counts = old.counts if old else self.down.pop(pair, Counter())
+            if spec.get("delay_s") is None:
+                self.down[pair] = counts
+                continue
+            gemodel = spec.get("gemodel")
+            self.route[pair] = Direction(
+                self.fd_of[pair[4:]], float(spec["delay_s"]), float(spec.get("jitter_s") or 0.0),
+                spec.get("distribution") or "normal", float(spec.get("loss") or 0.0),
+                tuple(gemodel) if gemodel else None, spec.get("rate"), int(spec.get("limit") or 1000),
+                held=old.held if old else 0, counts=counts)
 
     def receive(self, fd: int) -> None:
         route, queue = self.route, self.queue
@@ -85,21 +156,29 @@ class Relay:
                 packet = os.read(fd, 65536)
             except BlockingIOError:
                 return
-            link = route.get(packet[12:20])
-            if link is None or packet[0] >> 4 != 4:
-                continue  # not IPv4 between two VMs (e.g. IPv6 router solicitations): dropped
-            out, delay, rate = link
-            now = time.monotonic()
-            if delay == 0.0 and rate is None and not queue:
-                self.held[packet[12:20]].append(0.0)
-                self._write(out, packet)  # the fast path: nothing to wait for
+            if packet[0] >> 4 != 4:
+                continue  # not IPv4 (e.g. IPv6 router solicitations): not the VMs' traffic
+            key = packet[12:20]
+            link = route.get(key)
+            if link is None:
+                if key in self.down:
+                    self.down[key]["packets"] += 1
+                    self.down[key]["dropped_down"] += 1
                 continue
-            depart = now
-            if rate:
-                key = packet[12:20]
-                depart = max(now, self.free_at.get(key, now)) + len(packet) / rate
-                self.free_at[key] = depart
-            heapq.heappush(queue, (depart + delay, self.seq, out, packet, now))
+            link.counts["packets"] += 1
+            if link.held >= link.limit:
+                link.counts["dropped_queue"] += 1  # netem's limit: a full queue drops the newcomer
+                continue
+            if link.lost():
+                link.counts["dropped_loss"] += 1
+                continue
+            now = time.monotonic()
+            if link.plain and not queue:
+                self.held[key].append(0.0)
+                self._write(link, packet)  # the fast path: nothing to wait for
+                continue
+            link.held += 1
+            heapq.heappush(queue, (link.due(now, len(packet)), self.seq, link, packet, now))
             self.seq += 1
 
     def deliver_due(self) -> float | None:
@@ -109,23 +188,35 @@ class Relay:
             due = self.queue[0][0]
             if due > now:
                 return due - now
-            _, _, out, packet, arrived = heapq.heappop(self.queue)
+            _, _, link, packet, arrived = heapq.heappop(self.queue)
+            link.held -= 1
             self.held[packet[12:20]].append(now - arrived)  # the write's own cost is the machine's, as at no delay
-            self._write(out, packet)
+            self._write(link, packet)
         return None
 
     def take_held_ms(self) -> dict[str, list[float]]:
-        held = {f"{socket.inet_ntoa(pair[:4])}>{socket.inet_ntoa(pair[4:])}": [t * 1e3 for t in times]
-                for pair, times in self.held.items()}
+        held = {_name(pair): [t * 1e3 for t in times] for pair, times in self.held.items()}
         self.held.clear()
         return held
 
+    def counters(self) -> dict[str, dict[str, int]]:
+        every = {pair: d.counts for pair, d in self.route.items()} | self.down
+        return {_name(pair): {k: counts[k] for k in COUNTERS} for pair, counts in every.items()}
+
     @staticmethod
-    def _write(fd: int, packet: bytes) -> None:
+    def _write(link: Direction, packet: bytes) -> None:
         try:
-            os.write(fd, packet)
+            os.write(link.out, packet)
+            link.counts["delivered"] += 1
         except BlockingIOError:
-            pass  # the receiving queue is full: the packet is lost, as on a congested link
+            link.counts["dropped_receiver"] += 1  # the receiving VM's queue is full, as on a congested host
+
+
+COUNTERS = ("packets", "delivered", "dropped_queue", "dropped_loss", "dropped_down", "dropped_receiver")
+
+
+def _name(pair: bytes) -> str:
+    return f"{socket.inet_ntoa(pair[:4])}>{socket.inet_ntoa(pair[4:])}"
 
 
 def serve(control) -> None:
@@ -163,6 +254,9 @@ def serve(control) -> None:
                     return
                 if message.get("held"):
                     print(json.dumps(relay.take_held_ms()), flush=True)
+                    continue
+                if message.get("counters"):
+                    print(json.dumps(relay.counters()), flush=True)
                     continue
                 relay.set_links(message.get("links", []))
                 print("ok", flush=True)

@@ -26,8 +26,6 @@ class Unavailable(RuntimeError):
 def missing_privileges() -> str | None:
     if os.geteuid() != 0:
         return "emulated slices need root (network namespaces and TUN devices), running as uid %d" % os.geteuid()
-    if not Path("/dev/net/tun").exists():
-        return "emulated slices need /dev/net/tun (the userspace delay link's TUN devices); it is missing"
     if shutil.which("ip") is None:
         return "emulated slices need iproute2's `ip` command; it is not installed"
     probe = f"{PREFIX}probe-{os.getpid()}"
@@ -35,11 +33,21 @@ def missing_privileges() -> str | None:
     if result.returncode:
         return f"cannot create a network namespace: {result.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    if not has_tun() and not has_netem():
+        return ("emulated slices need a kernel with sch_netem or /dev/net/tun (the userspace delay link's TUN "
+                "devices); this machine has neither")
     return None
 
 
+def has_tun() -> bool:
+    return Path("/dev/net/tun").exists()
+
+
+@functools.cache  # kernel features do not change while a process runs
 def has_netem() -> bool:
     """Whether the kernel has sch_netem (many, including this suite's CI machines, do not)."""
+    if shutil.which("tc") is None:
+        return False
     probe = f"{PREFIX}netem-{os.getpid()}"
     if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode:
         return False

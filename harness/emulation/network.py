@@ -7,10 +7,12 @@
 
 Every VM gets an address in 198.18.0.0/24 (RFC 2544's range for benchmarking, never routed).
 
-Mechanism: the userspace delay link (delaylink.py), which works on every kernel with TUN. tc
-netem is the other mechanism docs/design.md names; this version does not implement it (the kernels
-it was built and tested on lack sch_netem, so a netem path could not be tested), and asking for
-it says so. Every result records the mechanism that carried it.
+Two mechanisms put the delay on the packets; every result records the one that carried it:
+- netem (netem.py): a veth pair per two VMs, the kernel's netem qdisc on each end. `auto` picks it
+  where the kernel has sch_netem.
+- userspace (delaylink.py): a TUN device per VM and a relay process that holds each packet; it works
+  on every kernel with TUN, and is what `auto` picks where netem is missing (this suite's CI
+  machines; the netem tests there boot a stock kernel under qemu, tests_cpu/stock_kernel.py).
 """
 import json
 import os
@@ -18,11 +20,16 @@ import subprocess
 import sys
 import uuid
 
-from harness.emulation import netns, probe
+from harness import slices
+from harness.emulation import netem, netns, probe
 from harness.slices import Slice
 
 SUBNET = "198.18.0"
-MTU = 65000  # large packets keep the relay's per-packet cost low
+# Jumbo frames, as FABRIC's dataplane carries: large enough that the relay moves about 1 GB/s,
+# small enough that TCP opens as on a real path. At 65000 bytes the receiver's window grew from one
+# segment and a 17 MB transfer took 2.6-4x an ideal TCP; at 9000 it takes 1.23-1.28x, and at 1500 the
+# relay tops out near 200 MB/s (tests_cpu/test_bench_tcp.py, measured side by side).
+MTU = 9000
 
 
 MECHANISMS = ("auto", "userspace", "netem")
@@ -31,10 +38,63 @@ MECHANISMS = ("auto", "userspace", "netem")
 def choose_mechanism(requested: str = "auto") -> str:
     if requested not in MECHANISMS:
         raise ValueError(f"delay mechanism must be one of {', '.join(MECHANISMS)}, got {requested!r}")
+    if requested == "userspace":
+        if not netns.has_tun():
+            raise netns.Unavailable("the userspace delay link cannot be used: /dev/net/tun is missing")
+        return requested
+    if netns.has_netem():
+        return "netem"
     if requested == "netem":
-        why = "this kernel lacks sch_netem" if not netns.has_netem() else "it is not implemented in this version"
-        raise netns.Unavailable(f"the netem delay mechanism cannot be used: {why}; use the userspace delay link")
+        raise netns.Unavailable("the netem delay mechanism cannot be used: this kernel lacks sch_netem "
+                                "(\"Specified qdisc kind is unknown\"); use the userspace delay link")
     return "userspace"
+
+
+class RelayLinks:
+    """The userspace mechanism: a TUN device in each namespace, one relay process that holds the packets."""
+
+    def __init__(self, netns: dict[str, str], address: dict[str, str], mtu: int):
+        self.netns, self.address, self.mtu = netns, address, mtu
+        self.relay: subprocess.Popen | None = None
+
+    def start(self, links: list[dict]) -> None:
+        endpoints = [[f"/var/run/netns/{name}", "tun0", self.address[vm]] for vm, name in self.netns.items()]
+        self.relay = subprocess.Popen([sys.executable, "-m", "harness.emulation.delaylink"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.relay.stdin.write(json.dumps({"endpoints": endpoints, "links": links}) + "\n")
+        self.relay.stdin.flush()
+        if self.relay.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the delay link did not start (exit status {self.relay.poll()})")
+        for vm, name in self.netns.items():
+            netns.ip("addr", "add", f"{self.address[vm]}/24", "dev", "tun0", netns=name)
+            netns.ip("link", "set", "tun0", "mtu", str(self.mtu), "up", netns=name)
+
+    def apply(self, links: list[dict]) -> None:
+        if self._ask({"links": links}) != "ok":
+            raise RuntimeError("the delay link did not accept the new delay")
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        return self._ask({"counters": True})
+
+    def held_ms(self) -> dict[str, list[float]]:
+        return self._ask({"held": True})
+
+    def _ask(self, message: dict):
+        self.relay.stdin.write(json.dumps(message) + "\n")
+        self.relay.stdin.flush()
+        answer = self.relay.stdout.readline().strip()
+        return answer if answer == "ok" else json.loads(answer)
+
+    def close(self) -> None:
+        if self.relay is not None and self.relay.poll() is None:
+            try:
+                self.relay.stdin.write(json.dumps({"stop": True}) + "\n")
+                self.relay.stdin.flush()
+                self.relay.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.relay.pid, 9)
+                self.relay.wait()
+        self.relay = None
 
 
 class EmulatedNetwork:
@@ -44,11 +104,11 @@ class EmulatedNetwork:
         self.slice = sl
         self.cpu_only = cpu_only  # the scale model: VMs' GPUs are CPU devices
         self.rtt_ms = rtt_ms
-        self.rate = sl.bandwidth_gbps * 1e9 / 8 if sl.bandwidth_gbps else None
         run = uuid.uuid4().hex[:6]
         self.netns = {vm.name: f"{netns.PREFIX}{run}-{vm.name}" for vm in sl.vms}
         self.address = {vm.name: f"{SUBNET}.{i + 1}" for i, vm in enumerate(sl.vms)}
-        self.relay: subprocess.Popen | None = None
+        links = RelayLinks if self.mechanism == "userspace" else netem.NetemLinks
+        self.links = links(self.netns, self.address, MTU)
         self.down: set[frozenset] = set()
 
     def __enter__(self) -> "EmulatedNetwork":
@@ -69,24 +129,38 @@ class EmulatedNetwork:
     def _up(self) -> None:
         for vm, name in self.netns.items():
             netns.create(name, self.address[vm])
-        endpoints = [[f"/var/run/netns/{name}", "tun0", self.address[vm]] for vm, name in self.netns.items()]
-        self.relay = subprocess.Popen([sys.executable, "-m", "harness.emulation.delaylink"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
-        self.relay.stdin.write(json.dumps({"endpoints": endpoints, "links": self._links()}) + "\n")
-        self.relay.stdin.flush()
-        if self.relay.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the delay link did not start (exit status {self.relay.poll()})")
-        for vm, name in self.netns.items():
-            netns.ip("addr", "add", f"{self.address[vm]}/24", "dev", "tun0", netns=name)
-            netns.ip("link", "set", "tun0", "mtu", str(MTU), "up", netns=name)
+        self.links.start(self._links())
 
     def target_rtt_ms(self, a: str, b: str) -> float:
         return self.slice.rtt_between(a, b) if self.rtt_ms is None else self.rtt_ms
 
-    def _links(self) -> list:
-        return [[self.address[a], self.address[b],
-                 None if frozenset((a, b)) in self.down else self.target_rtt_ms(a, b) / 2 / 1e3, self.rate]
-                for a in self.address for b in self.address if a != b]
+    def shape(self, a: str, b: str) -> slices.Shape:
+        """What the direction from VM a to VM b does to packets now."""
+        return self.slice.shape(a, b, self.rtt_ms)
+
+    def settings(self) -> dict[str, dict]:
+        """{"a>b": the direction's settings, queue resolved}: what a record shows of the link."""
+        largest = max((self.target_rtt_ms(a, b) for a in self.address for b in self.address if a != b), default=0.0)
+        return {f"{a}>{b}": self.shape(a, b).to_dict(largest) | {"up": frozenset((a, b)) not in self.down}
+                for a in self.address for b in self.address if a != b}
+
+    def _links(self) -> list[dict]:
+        out = []
+        for key, s in self.settings().items():
+            a, b = key.split(">")
+            out.append({"src": self.address[a], "dst": self.address[b],
+                        "delay_s": s["delay_ms"] / 1e3 if s["up"] else None, "jitter_s": s["jitter_ms"] / 1e3,
+                        "distribution": s["jitter_distribution"], "loss": s["loss_percent"] / 100,
+                        "gemodel": [v / 100 for v in s["loss_gemodel"].values()] if s["loss_gemodel"] else None,
+                        "rate": s["bandwidth_gbps"] * 1e9 / 8 if s["bandwidth_gbps"] else None,
+                        "limit": s["queue_packets"]})
+        return out
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """{"a>b": packets, delivered and dropped (by cause) since the link came up}."""
+        by_address = self.links.counters()
+        return {f"{a}>{b}": by_address.get(f"{self.address[a]}>{self.address[b]}", {})
+                for a in self.address for b in self.address if a != b}
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Take the link between VMs a and b down (every packet dropped, both ways) or back up."""
@@ -100,27 +174,27 @@ class EmulatedNetwork:
         self._send_links()
 
     def use_slice(self, sl: Slice) -> None:
-        """Give the live link another slice's RTTs and bandwidth cap (same VM names): one cluster
+        """Give the live link another slice's shapes: delays, rates, loss (same VM names): one cluster
         serves a sweep over slices that differ only in their network."""
         if [vm.name for vm in sl.vms] != [vm.name for vm in self.slice.vms]:
             raise ValueError(f"slice {sl.name} has other VMs than {self.slice.name}")
         self.slice, self.rtt_ms = sl, None
-        self.rate = sl.bandwidth_gbps * 1e9 / 8 if sl.bandwidth_gbps else None
         self._send_links()
 
     def _send_links(self) -> None:
-        self.relay.stdin.write(json.dumps({"links": self._links()}) + "\n")
-        self.relay.stdin.flush()
-        if self.relay.stdout.readline().strip() != "ok":
-            raise RuntimeError("the delay link did not accept the new delay")
+        self.links.apply(self._links())
+        # Linux remembers each peer's RTT, ssthresh and cwnd from closed connections (tcp_metrics)
+        # and starts the next ones from them: after a change of delay those are another link's.
+        for name in self.netns.values():
+            netns.ip("tcp_metrics", "flush", "all", netns=name)
 
     def held_ms(self) -> dict[tuple[str, str], list[float]]:
         """{(a, b): how long the link held each packet from VM a to VM b since the last call, in ms},
         as the relay measured it between reading and writing the packet: what the link adds,
         without the scheduling of the processes at either end."""
-        self.relay.stdin.write(json.dumps({"held": True}) + "\n")
-        self.relay.stdin.flush()
-        held = json.loads(self.relay.stdout.readline())
+        if self.mechanism != "userspace":
+            raise NotImplementedError(f"the {self.mechanism} mechanism does not report how long it held packets")
+        held = self.links.held_ms()
         return {(a, b): held.get(f"{self.address[a]}>{self.address[b]}", [])
                 for a in self.address for b in self.address if a != b}
 
@@ -143,16 +217,7 @@ class EmulatedNetwork:
         return subprocess.run(["ip", "netns", "exec", self.netns[vm], *argv], timeout=timeout, **kwargs)
 
     def close(self) -> None:
-        if self.relay is not None:
-            if self.relay.poll() is None:
-                try:
-                    self.relay.stdin.write(json.dumps({"stop": True}) + "\n")
-                    self.relay.stdin.flush()
-                    self.relay.wait(timeout=5)
-                except (OSError, subprocess.TimeoutExpired):
-                    os.killpg(self.relay.pid, 9)
-                    self.relay.wait()
-            self.relay = None
+        self.links.close()
         for name in self.netns.values():
             netns.delete(name)
 
@@ -178,17 +243,23 @@ def measure_rtt(net: EmulatedNetwork, a: str, b: str, count: int = probe.PROBES,
         server.wait()
 
 
-def measure_throughput(net: EmulatedNetwork, a: str, b: str, nbytes: int, port: int = 7102) -> float:
-    """Bytes per second of one bulk TCP transfer from VM a to VM b (connection set-up included)."""
+def transfer(net: EmulatedNetwork, a: str, b: str, nbytes: int, port: int = 7102) -> dict:
+    """One bulk TCP transfer from VM a to VM b: {"bytes", "seconds" (connect to the receiver's
+    answer), "steady_bytes_per_s" (the second half's rate, past slow start)}."""
     server = _server(net, b, "sink", port)
     try:
         out = net.run(a, [sys.executable, "-m", "harness.emulation.probe", "send", net.address[b], str(port),
                           str(nbytes)], capture_output=True, text=True, check=True)
-        result = json.loads(out.stdout)
-        return result["bytes"] / result["seconds"]
+        return json.loads(out.stdout)
     finally:
         server.kill()
         server.wait()
+
+
+def measure_throughput(net: EmulatedNetwork, a: str, b: str, nbytes: int, port: int = 7102) -> float:
+    """Bytes per second of one bulk TCP transfer from VM a to VM b (connection set-up included)."""
+    result = transfer(net, a, b, nbytes, port)
+    return result["bytes"] / result["seconds"]
 
 
 def tcp_window_bytes(net: EmulatedNetwork, vm: str) -> int:

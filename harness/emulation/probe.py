@@ -2,9 +2,13 @@
 
 The servers and clients run inside the VMs' namespaces as `python -m harness.emulation.probe`:
     echo ADDR PORT            UDP echo server, until killed
-    ping ADDR PORT COUNT      prints {"rtt_ms": [...]} (one probe in flight at a time, GAP_S apart)
-    sink ADDR PORT            TCP: accept one connection, read to the end, answer with the count
-    send ADDR PORT BYTES      prints {"bytes": n, "seconds": s}, from connect to the sink's answer
+    ping ADDR PORT COUNT [TIMEOUT_S]
+                              prints {"rtt_ms": [...], "lost": n} (one probe in flight at a time, GAP_S
+                              apart; a probe not back in TIMEOUT_S, default 2, is lost)
+    sink ADDR PORT            TCP: accept one connection, read to the end, answer with the count and
+                              how long the second half of the bytes took to arrive
+    send ADDR PORT BYTES      prints {"bytes": n, "seconds": s, "steady_bytes_per_s": r}: s from
+                              connect to the sink's answer, r the rate of the second half (past slow start)
 """
 import json
 import socket
@@ -22,6 +26,8 @@ PROBES = 50
 def min_rtt_ms(rtts: list[float]) -> float:
     """The RTT of a link, as ping reports it: the fastest probe. Slower ones measure the machine's
     scheduling (a process not yet woken), which the link does not add."""
+    if not rtts:
+        raise RuntimeError("no probe came back: the link lost every one")
     return min(rtts)
 
 
@@ -34,28 +40,40 @@ def echo(addr: str, port: int) -> None:
         s.sendto(data, peer)
 
 
-def ping(addr: str, port: int, count: int) -> list[float]:
+def ping(addr: str, port: int, count: int, timeout_s: float = 2.0) -> tuple[list[float], int]:
+    """RTTs of the probes that came back, and how many did not (a lossy link loses some)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(5)
-    rtts = []
+    rtts, lost = [], 0
     for i in range(count):
         start = time.perf_counter()
         s.sendto(i.to_bytes(4, "big"), (addr, port))
-        while int.from_bytes(s.recvfrom(2048)[0], "big") != i:
-            pass  # a late answer to an earlier probe
-        rtts.append((time.perf_counter() - start) * 1e3)
+        try:
+            while True:
+                s.settimeout(max(1e-3, timeout_s - (time.perf_counter() - start)))
+                if int.from_bytes(s.recvfrom(2048)[0], "big") == i:
+                    break  # else a late answer to an earlier probe
+            rtts.append((time.perf_counter() - start) * 1e3)
+        except TimeoutError:
+            lost += 1
         time.sleep(GAP_S)
-    return rtts
+    return rtts, lost
 
 
 def sink(addr: str, port: int) -> None:
     server = socket.create_server((addr, port))
     print("ready", flush=True)
     conn, _ = server.accept()
-    total, buffer = 0, bytearray(CHUNK)
+    preamble = b""
+    while len(preamble) < 64:  # the sender says how much it will send, in a fixed 64 bytes
+        preamble += conn.recv(64 - len(preamble))
+    half = int(preamble.split(b"\n")[0])
+    total, buffer, half_at = 0, bytearray(CHUNK), None
     while n := conn.recv_into(buffer):  # into one buffer: the probe must not compete with the link for CPU
         total += n
-    conn.sendall(str(total).encode())
+        if half_at is None and total >= half:
+            half_at = time.perf_counter()
+    second_half = time.perf_counter() - half_at if half_at else 0.0
+    conn.sendall(f"{total} {second_half}".encode())
     conn.close()
 
 
@@ -63,12 +81,15 @@ def send(addr: str, port: int, nbytes: int) -> dict:
     payload = memoryview(bytes(CHUNK))
     start = time.perf_counter()
     conn = socket.create_connection((addr, port), timeout=120)
+    conn.sendall(f"{nbytes // 2}\n".ljust(64).encode())  # a fixed-size preamble the sink reads first
     left = nbytes
     while left > 0:
         left -= conn.send(payload[:min(CHUNK, left)])  # a view: no copy per send
     conn.shutdown(socket.SHUT_WR)
-    received = int(conn.recv(64))
-    return {"bytes": received, "seconds": time.perf_counter() - start}
+    received, second_half = conn.recv(128).split()
+    seconds = time.perf_counter() - start
+    steady = (int(received) - nbytes // 2) / float(second_half) if float(second_half) > 0 else None
+    return {"bytes": int(received), "seconds": seconds, "steady_bytes_per_s": steady}
 
 
 def tcp_window_bytes() -> int:
@@ -87,7 +108,8 @@ def main(argv: list[str]) -> None:
     if mode == "echo":
         echo(addr, int(port))
     elif mode == "ping":
-        print(json.dumps({"rtt_ms": ping(addr, int(port), int(rest[0]))}))
+        rtts, lost = ping(addr, int(port), int(rest[0]), *map(float, rest[1:2]))
+        print(json.dumps({"rtt_ms": rtts, "lost": lost}))
     elif mode == "sink":
         sink(addr, int(port))
     elif mode == "send":

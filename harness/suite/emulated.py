@@ -22,6 +22,7 @@ from harness import claims, costmodel_check, data, measured_selection, records, 
 from harness.suite import checks, claims_tests, deviations, options
 
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
+           "test_the_link_dropped_no_packet_of_any_trial",
            "memory_table", "test_memory_claim", "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
 
@@ -59,6 +60,21 @@ def test_every_trial_follows_the_single_device_reference(backend, claims_log):
         np.testing.assert_allclose(losses[:EXACT_STEPS], references[cfg.batch_size][:EXACT_STEPS], rtol=1e-4, err_msg=where)
         np.testing.assert_allclose(losses, references[cfg.batch_size], rtol=5e-2, err_msg=where)
     assert len(runner.history) == 10  # four techniques on both VMs and on VM1; Data and Shard on VM2
+
+
+def test_the_link_dropped_no_packet_of_any_trial(backend, claims_log):
+    """The emulated link is lossless by default (its queue holds twice the bandwidth-delay
+    product): every cross-VM trial's record shows the link's settings and that it dropped nothing
+    during the timed steps, so no verdict rides on losses a real path would not have."""
+    crossing = [r for r in checks.ensure_trials(backend.runner, claims_log, backend.trials)
+                if r["status"] == "ok" and len(r["cluster"]["vms_used"]) > 1]
+    assert crossing, "no cross-VM trial ran"
+    for r in crossing:
+        network, where = r["cluster"]["network"], f"{r['technique']} on {r['cluster']['slice']}"
+        assert network["links"] and all(s["queue_packets"] >= 1000 for s in network["links"].values()), where
+        assert network["packets"]["packets"] > 0, f"{where}: no packet crossed the link"
+        drops = {k: n for k, n in network["packets"].items() if k.startswith("dropped_") and n}
+        assert not drops, f"{where}: the link dropped packets {drops}"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,113 @@
+"""What one gloo all-reduce between VMs costs on a link: the collective Data runs on its gradients,
+alone, without a model around it.
+
+    python -m harness.cluster.collective      one VM's process (worker.environment() set, one device):
+                                              reads "NBYTES REPEATS" lines, all-reduces NBYTES of
+                                              float32 across the processes REPEATS times, answers
+                                              {"seconds": [...], "correct": bool} per line; "exit" ends it
+
+    with AllReduce(net) as reduce:            one such process in each VM of an emulated network
+        net.set_rtt(57.4)
+        reduce.seconds(17 * 2**20, repeats=3)  # each VM's times, once every VM has answered
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+COORDINATOR_PORT = 7301
+
+
+def serve() -> int:
+    from harness.cluster.worker import init_distributed
+
+    answers = os.fdopen(os.dup(1), "w")  # the answers alone on stdout; any library's output to stderr
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    init_distributed()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = jax.process_count()
+    mesh = jax.make_mesh((n,), ("vm",), devices=jax.devices())
+    reduce = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "vm"), mesh=mesh, in_specs=P("vm"), out_specs=P("vm")))
+    compiled = set()
+    for line in sys.stdin:
+        if line.strip() == "exit":
+            break
+        nbytes, repeats = map(int, line.split())
+        count = nbytes // 4
+        local = np.full((1, count), jax.process_index() + 1, np.float32)
+        x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("vm")), local, (n, count))
+        if count not in compiled:  # compile and connect outside the timed repeats
+            compiled.add(count)
+            reduce(x).block_until_ready()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = reduce(x).block_until_ready()
+            times.append(time.perf_counter() - start)
+        correct = bool(jnp.all(out.addressable_shards[0].data == n * (n + 1) / 2))
+        print(json.dumps({"seconds": times, "correct": correct}), file=answers, flush=True)
+    jax.distributed.shutdown()
+    return 0
+
+
+class AllReduce:
+    """One collective process per VM of an emulated network, kept up across changes of the link."""
+
+    def __init__(self, net):
+        from harness.cluster.worker import environment
+
+        self.net = net
+        vms = list(net.netns)
+        coordinator = f"{net.address[vms[0]]}:{COORDINATOR_PORT}"
+        self.procs = [net.popen(vm, ["env", *(f"{k}={v}" for k, v in environment(coordinator, len(vms), i, 1).items()),
+                                     sys.executable, "-m", "harness.cluster.collective"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+                      for i, vm in enumerate(vms)]
+
+    def __enter__(self) -> "AllReduce":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def seconds(self, nbytes: int, repeats: int) -> list[list[float]]:
+        """Each VM's time for each of `repeats` all-reduces of nbytes (float32)."""
+        for p in self.procs:
+            p.stdin.write(f"{nbytes} {repeats}\n")
+            p.stdin.flush()
+        answers = []
+        for p in self.procs:
+            line = p.stdout.readline()
+            if not line:
+                raise RuntimeError(f"a collective process ended (exit status {p.wait()})")
+            answers.append(json.loads(line))
+        if not all(a["correct"] for a in answers):
+            raise RuntimeError("the all-reduce gave a wrong sum")
+        return [a["seconds"] for a in answers]
+
+    def close(self) -> None:
+        """Every process is told first, then waited for: jax.distributed's shutdown waits for all."""
+        for p in self.procs:
+            try:
+                p.stdin.write("exit\n")
+                p.stdin.close()
+            except OSError:
+                pass
+        deadline = time.monotonic() + 30
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -1,0 +1,93 @@
+"""TCP through the emulated link against the ideal, at the paper's RTTs (pytest-benchmark JSON).
+
+Each benchmark records what it measured next to what a loss-free TCP would do (extra_info):
+- one flow's steady rate (the second half of a transfer) against min(window / RTT, link rate);
+- a 17 MB transfer (Data's gradients for the scale model are of that order) against an ideal TCP
+  that opens from 10 segments, doubles each round trip and is capped by the window
+  (netmodel.Network.send_s), in time and in round trips;
+- one gloo all-reduce of 4 and 17 MB between the VMs' JAX processes, in time and in round trips.
+The assertions are the physics the link must obey whatever the machine's load: nothing crosses
+faster than the delay allows, and the all-reduce sums right. How close to the ideal each comes is
+reported, not asserted: see the README (Emulated slices) for what was measured.
+"""
+import pytest
+
+from harness import slices
+from harness.cluster.collective import AllReduce
+from harness.costmodel_check import TCP_HEADERS
+from harness.emulation.network import MTU, EmulatedNetwork, tcp_window_bytes, transfer
+from harness.netmodel import TCP_INITIAL_WINDOW_SEGMENTS, Network
+
+pytestmark = pytest.mark.usefixtures("emulation")
+TABLE_I_RTTS = [0.1, 20.2, 57.4, 95.9, 103.0]
+MB = 2**20
+
+
+@pytest.fixture(scope="module")
+def net():
+    with EmulatedNetwork(slices.load("UTAH-GPN")) as network:
+        yield network
+
+
+@pytest.fixture(scope="module")
+def ideal(net) -> Network:
+    """A loss-free TCP with this link's segment size, the VMs' window, and the rate the link
+    carries at no added delay (on a 2-core machine, the relay's and the endpoints' CPU)."""
+    mss = MTU - TCP_HEADERS
+    return Network(link_bytes_per_s=net.link_rate(), window_bytes=tcp_window_bytes(net, "vm1"),
+                   initial_window_bytes=TCP_INITIAL_WINDOW_SEGMENTS * mss)
+
+
+@pytest.mark.parametrize("rtt", [20.2, 57.4, 103.0])
+def test_one_flow_steady_rate_against_window_over_rtt(benchmark, net, ideal, rtt):
+    net.set_rtt(rtt)
+    bound = min(ideal.window_bytes / (rtt / 1e3), ideal.link_bytes_per_s)
+    result = benchmark.pedantic(lambda: transfer(net, "vm1", "vm2", int(bound * 3)), rounds=1)
+    steady = result["steady_bytes_per_s"]
+    benchmark.extra_info.update(rtt_ms=rtt, window_bytes=ideal.window_bytes, bound_bytes_per_s=bound,
+                                steady_bytes_per_s=steady, ratio=steady / bound,
+                                mean_bytes_per_s=result["bytes"] / result["seconds"], mechanism=net.mechanism)
+    window_over_rtt = ideal.window_bytes / (rtt / 1e3)  # not the link rate: a busy machine may measure it low
+    assert steady <= 1.1 * window_over_rtt, (f"{steady / 1e6:.1f} MB/s beats window/RTT {window_over_rtt / 1e6:.1f} "
+                                             f"MB/s: the delay is not applied")
+
+
+@pytest.mark.parametrize("rtt", TABLE_I_RTTS)
+def test_17_MB_transfer_against_ideal_tcp(benchmark, net, ideal, rtt):
+    net.set_rtt(rtt)
+    nbytes = 17 * MB
+    result = benchmark.pedantic(lambda: transfer(net, "vm1", "vm2", nbytes), rounds=1)
+    # The probe's time runs from connect to the sink's answer: the handshake's round trip, the data,
+    # then the answer's way back (half a round trip), on top of the ideal one-way delivery.
+    ideal_s = rtt / 1e3 + ideal.send_s(nbytes, rtt / 1e3) + rtt / 2e3
+    benchmark.extra_info.update(rtt_ms=rtt, bytes=nbytes, seconds=result["seconds"], ideal_s=ideal_s,
+                                ratio=result["seconds"] / ideal_s, rtts=result["seconds"] / max(rtt / 1e3, 1e-5),
+                                ideal_rtts=ideal_s / max(rtt / 1e3, 1e-5), mechanism=net.mechanism)
+    assert result["bytes"] == nbytes
+    assert result["seconds"] >= 2 * rtt / 1e3 * 0.98, f"{result['seconds'] * 1e3:.1f} ms: under two round trips"
+
+
+@pytest.fixture(scope="module")
+def all_reduce(net):
+    with AllReduce(net) as reduce:
+        yield reduce
+
+
+@pytest.mark.parametrize("rtt", TABLE_I_RTTS)
+def test_gloo_all_reduce_cost(benchmark, net, all_reduce, rtt):
+    net.set_rtt(rtt)
+    costs = {}
+
+    def measure():
+        for mb in (4, 17):
+            per_vm = all_reduce.seconds(mb * MB, repeats=3)
+            costs[mb] = min(max(times) for times in zip(*per_vm))  # a round ends when its last VM is done
+
+    benchmark.pedantic(measure, rounds=1)
+    rtt_s = max(rtt / 1e3, 1e-5)
+    benchmark.extra_info.update(rtt_ms=rtt, mechanism=net.mechanism,
+                                **{f"all_reduce_{mb}MB_s": s for mb, s in costs.items()},
+                                **{f"all_reduce_{mb}MB_rtts": s / rtt_s for mb, s in costs.items()})
+    for mb, seconds in costs.items():  # each half of a two-VM ring waits for the other VM's bytes
+        assert seconds >= 0.98 * rtt / 1e3, f"{mb} MB in {seconds * 1e3:.1f} ms: under one round trip"
+
