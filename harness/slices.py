@@ -62,6 +62,12 @@ class Shape:
     bandwidth_gbps: float | None = None
     queue_packets: int | None = None  # None: lossless_queue_packets at the link's RTT
 
+    @property
+    def delay_only(self) -> bool:
+        """Nothing here acts on single packets: no jitter, loss, rate or queue limit of its own."""
+        return not (self.jitter_ms or self.loss_percent or self.loss_gemodel or self.bandwidth_gbps
+                    or self.queue_packets)
+
     def limit(self, rtt_ms: float) -> int:
         return self.queue_packets or lossless_queue_packets(self.bandwidth_gbps, rtt_ms)
 

@@ -133,7 +133,8 @@ def main(out_dir: Path) -> None:
 
     def cli():
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "harness", "emulate", "--slice", "GAT-AMST", "--json"],
+        proc = subprocess.run([sys.executable, "-m", "harness", "emulate", "--slice", "GAT-AMST", "--json",
+                               "--transfer-s", "0.2"],  # TCG carries a few MB/s, not 40,
                               capture_output=True, text=True)
         return {"returncode": proc.returncode, "stderr": proc.stderr[-2000:], "wall_s": time.monotonic() - start,
                 "report": json.loads(proc.stdout) if proc.returncode == 0 else None}

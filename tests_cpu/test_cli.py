@@ -49,3 +49,14 @@ def test_bad_input_is_one_line_before_any_training(args, message):
     assert errors == [f"harness: error: {errors[0].removeprefix('harness: error: ')}"]
     assert message in errors[0]
     assert "training " not in proc.stderr  # stopped before tokenizing and compiling
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--transfer-s", "nan"], "--transfer-s must be between 0.01 and 600 seconds, got nan"),
+    (["--transfer-s", "0"], "--transfer-s must be between 0.01 and 600 seconds, got 0.0"),
+    (["--rtt", "-1"], "--rtt must be between 0 and 10000 ms, got -1.0"),
+])
+def test_emulate_rejects_bad_flags_before_touching_the_network(args, message):
+    proc = harness("emulate", *args, "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == f"harness: error: {message}"

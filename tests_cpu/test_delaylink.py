@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness.emulation.delaylink import Direction, Relay, _pareto
+from harness.emulation.delaylink import VNET_HDR, Direction, Relay, _pareto
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +68,7 @@ def test_pareto_jitter_has_a_heavier_tail_than_normal():
 def packet(src: str, dst: str, payload: bytes = b"x" * 100) -> bytes:
     header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 0, 0, 64, 17, 0,
                          socket.inet_aton(src), socket.inet_aton(dst))
-    return header + payload
+    return bytes(VNET_HDR) + header + payload  # a plain packet: no offload flags
 
 
 def pair():

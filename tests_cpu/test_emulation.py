@@ -15,6 +15,7 @@ from harness import slices
 from harness.cluster.ray_nodes import RayCluster
 from harness.emulation import netns, probe
 from harness.emulation.network import (
+    MTU,
     EmulatedNetwork,
     measure_rtt,
     measure_throughput,
@@ -233,3 +234,27 @@ def test_a_change_of_delay_forgets_what_tcp_learned_of_the_old_one(net):
     assert net.address["vm2"] in cached("vm1")
     net.set_rtt(20.2)
     assert cached("vm1").strip() == "" and cached("vm2").strip() == ""
+
+
+def test_a_delay_only_link_carries_tso_segments_and_a_shaped_one_mtu_packets(net):
+    """Where a direction only delays, the VM hands the relay TCP segments of up to 64 kB (as to a
+    virtio NIC): far fewer packets than bytes / MTU. Where it acts on packets (here a rate), its
+    queue, loss and pacing see MTU-sized packets, as netem's on a veth with offloads off."""
+    if net.mechanism != "userspace":
+        pytest.skip("the netem mechanism's veths always run with offloads off; this checks the relay")
+    nbytes = 32 * 2**20
+
+    def packets_for_one_transfer() -> int:
+        before = net.counters()["vm1>vm2"]["packets"]
+        measure_throughput(net, "vm1", "vm2", nbytes)
+        return net.counters()["vm1>vm2"]["packets"] - before
+
+    original = net.slice
+    net.set_rtt(0.0)
+    try:
+        assert packets_for_one_transfer() < nbytes / (2 * MTU)
+        net.use_slice(dataclasses.replace(original, bandwidth_gbps=4.0))
+        net.set_rtt(0.0)
+        assert packets_for_one_transfer() >= nbytes / MTU
+    finally:
+        net.use_slice(original)

@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
                    help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file (default: UTAH-GPN)")
     p.add_argument("--rtt", type=float, default=None, metavar="MS", help="one RTT for every pair instead of the slice's")
+    p.add_argument("--transfer-s", type=float, default=THROUGHPUT_SECONDS, metavar="SECONDS",
+                   help="how long each pair's bulk TCP transfer should last at window/RTT: it sends that many "
+                        f"seconds' worth of bytes (default: {THROUGHPUT_SECONDS:g}, past slow start at 100 ms)")
     p.add_argument("--ray", action="store_true", help="also start a Ray node per VM and report the cluster")
     p.add_argument("--mechanism", default="auto", choices=MECHANISMS,
                    help="how delay is put on the packets (default: auto, netem where the kernel has sch_netem, "
@@ -41,6 +44,8 @@ def run(args) -> tuple[int, dict]:
     sl = slices.load(args.slice)
     if args.rtt is not None and not 0 <= args.rtt <= 10000:
         raise BadInput(f"--rtt must be between 0 and 10000 ms, got {args.rtt}")
+    if not 0.01 <= args.transfer_s <= 600:
+        raise BadInput(f"--transfer-s must be between 0.01 and 600 seconds, got {args.transfer_s}")
     try:
         sl = slices.with_link_defaults(sl, jitter_ms=args.jitter, jitter_distribution=args.jitter_distribution,
                                        loss_percent=args.loss, bandwidth_gbps=args.bandwidth,
@@ -68,7 +73,7 @@ def run(args) -> tuple[int, dict]:
             print(f"probing {a} <-> {b} (target RTT {target} ms) ...", file=sys.stderr, flush=True)
             rtt = measure_rtt(net, a, b)
             predicted = window / max(target, 0.01) * 1e3
-            nbytes = int(min(predicted, 1.5e9) * THROUGHPUT_SECONDS)
+            nbytes = int(min(predicted, 1.5e9) * args.transfer_s)
             result["pairs"].append({"a": a, "b": b, "target_rtt_ms": target, "rtt_ms": rtt,
                                     "rtt_error_ms": rtt - target,
                                     "throughput_bytes_per_s": measure_throughput(net, a, b, nbytes),

@@ -13,8 +13,9 @@ Run as `python -m harness.emulation.delaylink` with one JSON object on the first
     {"endpoints": [["/var/run/netns/<ns>", "tun0", "198.18.0.1"], ...],
      "links": [{"src": "198.18.0.1", "dst": "198.18.0.2", "delay_s": 0.01, "jitter_s": 0,
                 "distribution": "normal", "loss": 0, "gemodel": [p, r, bad_loss, good_loss] or null,
-                "rate": bytes_per_s or null, "limit": packets}, ...]}
-(a delay_s of null takes that direction down: its packets are dropped; probabilities are fractions).
+                "rate": bytes_per_s or null, "limit": packets, "offload": bool}, ...]}
+(a delay_s of null takes that direction down: its packets are dropped; probabilities are fractions;
+offload: the direction only delays, so the sender may hand it TSO segments, see Relay.set_links).
 It prints `ready` once every TUN exists. Later lines change links live ({"links": [...]}, answered
 `ok`), ask how long the link held the packets it released since the last such question
 ({"held": true}, answered {"src>dst": [ms, ...]}: the latest HELD_KEPT per direction), ask for the
@@ -36,8 +37,12 @@ import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
-TUNSETIFF = 0x400454CA
-IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
+TUNSETIFF, TUNSETOFFLOAD = 0x400454CA, 0x400454D0
+IFF_TUN, IFF_NO_PI, IFF_VNET_HDR = 0x0001, 0x1000, 0x4000
+TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6 = 0x01, 0x02, 0x04
+VNET_HDR = 10  # every packet on a TUN with IFF_VNET_HDR starts with a struct virtio_net_hdr
+IP = VNET_HDR  # where the IPv4 header starts in what the relay reads
+ADDRESSES = slice(IP + 12, IP + 20)  # source and destination address
 CLONE_NEWNET = 0x40000000
 SPIN_S = 0.0015  # epoll sleeps in whole milliseconds: the last stretch before a due packet is spun
 # After traffic the relay keeps polling this long before it sleeps: a reply usually comes back
@@ -59,12 +64,18 @@ def open_tun(netns_path: str, name: str) -> int:
     try:
         _setns(target)
         fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
-        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI | IFF_VNET_HDR))
         return fd
     finally:
         _setns(home)
         os.close(home)
         os.close(target)
+
+
+def set_offload(fd: int, on: bool) -> None:
+    """Let the VM's stack hand this TUN checksum-less TCP segments of up to 64 kB (TSO, as a
+    virtio NIC's), or make it send every packet at the MTU, checksummed."""
+    fcntl.ioctl(fd, TUNSETOFFLOAD, (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) if on else 0)
 
 
 def _pareto() -> float:
@@ -90,6 +101,7 @@ class Direction:
     gemodel: tuple | None = None  # (p, r, bad_loss, good_loss) as fractions
     rate: float | None = None
     limit: int = 1000
+    offload: bool = False  # whether the sender may hand over TSO segments (see set_links)
     bad: bool = False  # the Gilbert-Elliott state
     free_at: float = 0.0  # when the rate lets the next packet leave
     last_due: float = 0.0  # with a rate, packets leave in order
@@ -147,18 +159,28 @@ class Relay:
                 self.fd_of[pair[4:]], float(spec["delay_s"]), float(spec.get("jitter_s") or 0.0),
                 spec.get("distribution") or "normal", float(spec.get("loss") or 0.0),
                 tuple(gemodel) if gemodel else None, spec.get("rate"), int(spec.get("limit") or 1000),
-                held=old.held if old else 0, counts=counts)
+                bool(spec.get("offload")), held=old.held if old else 0, counts=counts)
+
+    def offloads(self) -> dict[int, bool]:
+        """{TUN fd: whether its VM may hand it TSO segments}. A VM's stack hands its TUN TCP
+        segments of up to 64 kB (as to a virtio NIC) while every direction out of it only delays
+        them: the relay then moves several times fewer packets per byte, and TCP still counts its
+        window in MTU-sized segments. Where a direction drops, reorders, paces or queues (loss,
+        jitter, a rate, a queue limit of its own), that acts on MTU-sized packets, as netem's does
+        on a veth with offloads off."""
+        return {fd: all(d.offload for pair, d in self.route.items() if pair[:4] == address)
+                for address, fd in self.fd_of.items()}
 
     def receive(self, fd: int) -> None:
         route, queue = self.route, self.queue
         while True:
             try:
-                packet = os.read(fd, 65536)
+                packet = os.read(fd, VNET_HDR + 65536)
             except BlockingIOError:
                 return
-            if packet[0] >> 4 != 4:
+            if packet[IP] >> 4 != 4:
                 continue  # not IPv4 (e.g. IPv6 router solicitations): not the VMs' traffic
-            key = packet[12:20]
+            key = packet[ADDRESSES]
             link = route.get(key)
             if link is None:
                 if key in self.down:
@@ -178,7 +200,7 @@ class Relay:
                 self._write(link, packet)  # the fast path: nothing to wait for
                 continue
             link.held += 1
-            heapq.heappush(queue, (link.due(now, len(packet)), self.seq, link, packet, now))
+            heapq.heappush(queue, (link.due(now, len(packet) - VNET_HDR), self.seq, link, packet, now))
             self.seq += 1
 
     def deliver_due(self) -> float | None:
@@ -190,7 +212,7 @@ class Relay:
                 return due - now
             _, _, link, packet, arrived = heapq.heappop(self.queue)
             link.held -= 1
-            self.held[packet[12:20]].append(now - arrived)  # the write's own cost is the machine's, as at no delay
+            self.held[packet[ADDRESSES]].append(now - arrived)  # the write's own cost is the machine's, as at no delay
             self._write(link, packet)
         return None
 
@@ -223,7 +245,16 @@ def serve(control) -> None:
     config = json.loads(control.readline())
     endpoints = {socket.inet_aton(addr): open_tun(path, name) for path, name, addr in config["endpoints"]}
     relay = Relay(endpoints)
-    relay.set_links(config["links"])
+    offloaded: dict[int, bool] = {}
+
+    def set_links(links) -> None:
+        relay.set_links(links)
+        for fd, on in relay.offloads().items():
+            if offloaded.get(fd) != on:
+                set_offload(fd, on)
+                offloaded[fd] = on
+
+    set_links(config["links"])
     poller = select.epoll()
     for fd in endpoints.values():
         poller.register(fd, select.EPOLLIN)
@@ -258,7 +289,7 @@ def serve(control) -> None:
                 if message.get("counters"):
                     print(json.dumps(relay.counters()), flush=True)
                     continue
-                relay.set_links(message.get("links", []))
+                set_links(message.get("links", []))
                 print("ok", flush=True)
 
 

@@ -110,6 +110,7 @@ class EmulatedNetwork:
         links = RelayLinks if self.mechanism == "userspace" else netem.NetemLinks
         self.links = links(self.netns, self.address, MTU)
         self.down: set[frozenset] = set()
+        self.congestion_control: dict[str, str] = {}  # each VM's TCP, as its namespace runs it
 
     def __enter__(self) -> "EmulatedNetwork":
         problem = netns.missing_privileges()
@@ -128,7 +129,7 @@ class EmulatedNetwork:
 
     def _up(self) -> None:
         for vm, name in self.netns.items():
-            netns.create(name, self.address[vm])
+            self.congestion_control[vm] = netns.create(name, self.address[vm])
         self.links.start(self._links())
 
     def target_rtt_ms(self, a: str, b: str) -> float:
@@ -139,9 +140,11 @@ class EmulatedNetwork:
         return self.slice.shape(a, b, self.rtt_ms)
 
     def settings(self) -> dict[str, dict]:
-        """{"a>b": the direction's settings, queue resolved}: what a record shows of the link."""
+        """{"a>b": the direction's settings, queue resolved, and the sending VM's congestion control}:
+        what a record shows of the link."""
         largest = max((self.target_rtt_ms(a, b) for a in self.address for b in self.address if a != b), default=0.0)
-        return {f"{a}>{b}": self.shape(a, b).to_dict(largest) | {"up": frozenset((a, b)) not in self.down}
+        return {f"{a}>{b}": self.shape(a, b).to_dict(largest) | {"up": frozenset((a, b)) not in self.down,
+                                                                 "tcp_congestion_control": self.congestion_control.get(a)}
                 for a in self.address for b in self.address if a != b}
 
     def _links(self) -> list[dict]:
@@ -153,7 +156,7 @@ class EmulatedNetwork:
                         "distribution": s["jitter_distribution"], "loss": s["loss_percent"] / 100,
                         "gemodel": [v / 100 for v in s["loss_gemodel"].values()] if s["loss_gemodel"] else None,
                         "rate": s["bandwidth_gbps"] * 1e9 / 8 if s["bandwidth_gbps"] else None,
-                        "limit": s["queue_packets"]})
+                        "limit": s["queue_packets"], "offload": self.shape(a, b).delay_only})
         return out
 
     def counters(self) -> dict[str, dict[str, int]]:

@@ -7,12 +7,15 @@ The servers and clients run inside the VMs' namespaces as `python -m harness.emu
                               apart; a probe not back in TIMEOUT_S, default 2, is lost)
     sink ADDR PORT            TCP: accept one connection, read to the end, answer with the count and
                               how long the second half of the bytes took to arrive
-    send ADDR PORT BYTES      prints {"bytes": n, "seconds": s, "steady_bytes_per_s": r}: s from
-                              connect to the sink's answer, r the rate of the second half (past slow start)
+    send ADDR PORT BYTES      prints {"bytes": n, "seconds": s, "steady_bytes_per_s": r, "in_flight_bytes": w}:
+                              s from connect to the sink's answer, r the rate of the second half (past
+                              slow start), w the bytes unacknowledged during it, on average
 """
 import json
 import socket
+import struct
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +24,7 @@ CHUNK = 1 << 20
 # reports) comes from probes spread over time: a stall of the machine spoils some, not all.
 GAP_S = 0.005
 PROBES = 50
+SAMPLE_S = 0.002  # how often a sender looks at its bytes in flight
 
 
 def min_rtt_ms(rtts: list[float]) -> float:
@@ -82,14 +86,34 @@ def send(addr: str, port: int, nbytes: int) -> dict:
     start = time.perf_counter()
     conn = socket.create_connection((addr, port), timeout=120)
     conn.sendall(f"{nbytes // 2}\n".ljust(64).encode())  # a fixed-size preamble the sink reads first
-    left = nbytes
+    left, in_flight, sent_all = nbytes, [], threading.Event()
+
+    def sample() -> None:  # at even times: samples taken as send() returns would all fall just after ACKs
+        while not sent_all.wait(SAMPLE_S):
+            if left <= nbytes // 2:
+                in_flight.append(unacked_bytes(conn))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     while left > 0:
         left -= conn.send(payload[:min(CHUNK, left)])  # a view: no copy per send
+    sent_all.set()
+    sampler.join()
     conn.shutdown(socket.SHUT_WR)
     received, second_half = conn.recv(128).split()
     seconds = time.perf_counter() - start
     steady = (int(received) - nbytes // 2) / float(second_half) if float(second_half) > 0 else None
-    return {"bytes": int(received), "seconds": seconds, "steady_bytes_per_s": steady}
+    return {"bytes": int(received), "seconds": seconds, "steady_bytes_per_s": steady,
+            "in_flight_bytes": sum(in_flight) / len(in_flight) if in_flight else None}
+
+
+def unacked_bytes(conn: socket.socket) -> int:
+    """Bytes sent and not yet acknowledged (struct tcp_info: snd_mss at byte 16, unacked at 24,
+    in segments of snd_mss even where the stack hands the NIC larger ones): the window the flow
+    actually keeps on the link, which Linux holds below its send buffer."""
+    info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32)
+    mss, unacked = struct.unpack_from("=I4xI", info, 16)
+    return mss * unacked
 
 
 def tcp_window_bytes() -> int:
