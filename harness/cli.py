@@ -6,6 +6,7 @@ only line); progress and logs go to stderr. Bad input ends the command with one 
 """
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -31,13 +32,22 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM tears down like Ctrl-C: namespaces, Ray nodes, workers
+def _interrupt_in(owner: int):
+    """SIGTERM and Ctrl-C tear down (namespaces, Ray nodes, workers) in the command's own process.
+    A process forked from it without exec (pyroute2 forks one to open a namespace's socket, then
+    terminates it) inherits the handler and the whole stack: raising there would run the
+    teardown a second time, and delete the namespaces the command is still using."""
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt
+    return handler
 
 
 def main(argv=None) -> int:
     args = parser(argv).parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupt_in(os.getpid()))
     try:
         status, result = command(args.command).run(args)
     except BadInput as e:

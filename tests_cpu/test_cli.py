@@ -1,5 +1,6 @@
 """`python -m harness` as a user runs it: help, a training run with --json, and bad input."""
 import json
+import signal
 import subprocess
 import sys
 
@@ -60,3 +61,30 @@ def test_emulate_rejects_bad_flags_before_touching_the_network(args, message):
     proc = harness("emulate", *args, "--json")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"harness: error: {message}"
+
+
+def test_a_forked_helper_that_is_terminated_does_not_tear_down_the_command(tmp_path):
+    """pyroute2 forks a helper to open a namespace's socket, then terminates it. The helper inherits
+    the command's SIGTERM handler and stack: it must die there, not unwind through the command's
+    teardown (which once deleted the namespaces the command was still using)."""
+    marker = tmp_path / "torn-down"
+    script = f"""
+import os, signal, time
+from harness import cli
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, cli._interrupt_in(os.getpid()))
+child = os.fork()
+if child == 0:
+    try:
+        time.sleep(30)
+    finally:
+        open({str(marker)!r}, "w").close()  # what a teardown in the helper would do
+time.sleep(0.5)
+os.kill(child, signal.SIGTERM)
+_, status = os.waitpid(child, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(128 + signal.SIGTERM)
+    assert not marker.exists()

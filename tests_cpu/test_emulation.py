@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -258,3 +259,14 @@ def test_a_delay_only_link_carries_tso_segments_and_a_shaped_one_mtu_packets(net
         assert packets_for_one_transfer() >= nbytes / MTU
     finally:
         net.use_slice(original)
+
+
+def test_every_vm_runs_cubic_and_records_say_so(net):
+    """The paper's VMs ran Linux's default congestion control; a namespace would inherit the
+    machine's (BBR on some), whose 10 s minimum-RTT memory throttles a sweep's live connections."""
+    if "cubic" not in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split():
+        pytest.skip("this kernel has no CUBIC (tcp_available_congestion_control)")
+    for vm in net.netns:
+        running = net.run(vm, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"], capture_output=True, text=True)
+        assert running.stdout.strip() == "cubic", vm
+    assert {s["tcp_congestion_control"] for s in net.settings().values()} == {"cubic"}

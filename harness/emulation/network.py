@@ -27,7 +27,7 @@ from harness.slices import Slice
 SUBNET = "198.18.0"
 # Jumbo frames, as FABRIC's dataplane carries: large enough that the relay moves about 1 GB/s,
 # small enough that TCP opens as on a real path. At 65000 bytes the receiver's window grew from one
-# segment and a 17 MB transfer took 2.6-4x an ideal TCP; at 9000 it takes 1.23-1.28x, and at 1500 the
+# segment and a 17 MB transfer took 2.6-4x an ideal TCP; at 9000 it takes 1.12-1.21x, and at 1500 the
 # relay tops out near 200 MB/s (tests_cpu/test_bench_tcp.py, measured side by side).
 MTU = 9000
 
