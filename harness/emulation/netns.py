@@ -16,10 +16,11 @@ from pathlib import Path
 PREFIX = "fh-"
 RECORDS = Path("/run/fabric-harness")
 ETC_NETNS = Path("/etc/netns")
-# The paper's VMs ran Linux's default congestion control, CUBIC. A namespace otherwise inherits
-# the machine's, which may be BBR (this suite's CI machines): BBR keeps the smallest RTT it saw
-# for 10 s, so after a live change from 0.1 to 20 ms a connection's window stayed at 14 segments
-# and a 17 MB all-reduce took 75-118 round trips instead of about 5 (measured, `ss -ti`).
+# Linux's default congestion control, CUBIC, as on the paper's VMs unless they were tuned (it does
+# not say). A namespace otherwise inherits the machine's, which may be BBR (this suite's machines):
+# BBR keeps the smallest RTT it saw for 10 s, so after a live change from 0.1 to 20 ms a
+# connection's window stayed at 14 segments and a 17 MB all-reduce took 61-118 round trips
+# instead of 10 (measured, `ss -ti`).
 CONGESTION_CONTROL = "cubic"
 
 
