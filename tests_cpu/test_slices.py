@@ -48,7 +48,7 @@ GOOD = 'name = "x"\nrtt_ms = 10\n[[vm]]\nsite = "A"\ngpus = 2\ngpu = "T4"\n'
     (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-A" = -inf}'), "field 'rtt_ms.A-A' must be a finite number"),
     (GOOD.replace("rtt_ms = 10", "rtt_ms = 1e9"), "slice.toml: field 'rtt_ms' must be <= 10000"),
     (GOOD.replace("gpus = 2", "gpus = 1000000000000"), "slice.toml: field 'vm[0].gpus' must be <= 16"),
-    (GOOD + "".join(f'[[vm]]\nsite = "A"\ngpus = 2\ngpu = "T4"\n' for _ in range(64)),
+    (GOOD + "".join('[[vm]]\nsite = "A"\ngpus = 2\ngpu = "T4"\n' for _ in range(64)),
      "slice.toml: field 'vm' must be a list of at most 64"),
     (GOOD.replace('name = "x"', 'name = "../../etc"'), "slice.toml: field 'name' must be of the form 1-64 letters"),
     (GOOD.replace('name = "x"', 'name = "a b"'), "slice.toml: field 'name' must be of the form"),
