@@ -6,14 +6,18 @@ Each benchmark records what it measured next to what a loss-free TCP would do (e
 - a 17 MB transfer (Data's gradients for the scale model are of that order) against an ideal TCP
   that opens from 10 segments, doubles each round trip and is capped by the window
   (netmodel.Network.send_s), in time and in round trips;
-- one gloo all-reduce of 4 and 17 MB between the VMs' JAX processes, in time and in round trips.
+- one gloo all-reduce of 4 and 17 MB between the VMs' JAX processes, in time and in round trips;
+- the scale model's 16 gradient tensors all-reduced one collective per tensor and concatenated.
 The assertions are the physics the link must obey whatever the machine's load: nothing crosses
 faster than the delay allows, and the all-reduce sums right. How close to the ideal each comes is
 reported, not asserted: see the README (Emulated slices) for what was measured.
 """
+import math
+
+import jax
 import pytest
 
-from harness import slices
+from harness import config, model, slices
 from harness.cluster.collective import AllReduce
 from harness.costmodel_check import TCP_HEADERS
 from harness.emulation.network import MTU, EmulatedNetwork, tcp_window_bytes, transfer
@@ -98,3 +102,28 @@ def test_gloo_all_reduce_cost(benchmark, net, all_reduce, rtt):
     for mb, seconds in costs.items():  # each half of a two-VM ring waits for the other VM's bytes
         assert seconds >= 0.98 * rtt / 1e3, f"{mb} MB in {seconds * 1e3:.1f} ms: under one round trip"
 
+
+
+@pytest.mark.parametrize("rtt", [20.2, 103.0])
+def test_gloo_all_reduce_of_the_scale_models_gradients_per_tensor_and_combined(benchmark, net, all_reduce, rtt):
+    """The scale model's gradient tensors all-reduced one collective per tensor (how XLA's CPU
+    runtime runs even a combined all-reduce) and as one concatenated buffer (what XLA's GPU combiner
+    and NCCL's grouped call amount to), side by side: the ratio is what per-tensor collectives
+    cost the CPU trials over GPU-like ones."""
+    _, abstract = model.abstract_init(config.MODELS["scale-small"])
+    sizes = [4 * math.prod(leaf.shape) for leaf in jax.tree.leaves(abstract)]
+    net.set_rtt(rtt)
+    costs = {}
+
+    def measure():
+        for name, flat in (("per_tensor", False), ("combined", True)):
+            per_vm = all_reduce.seconds(sizes, repeats=2, flat=flat)
+            costs[name] = min(max(times) for times in zip(*per_vm))
+
+    benchmark.pedantic(measure, rounds=1)
+    benchmark.extra_info.update(rtt_ms=rtt, mechanism=net.mechanism, tensors=len(sizes), bytes=sum(sizes),
+                                **{f"{k}_s": s for k, s in costs.items()},
+                                **{f"{k}_rtts": s / (rtt / 1e3) for k, s in costs.items()},
+                                per_tensor_over_combined=costs["per_tensor"] / costs["combined"])
+    for name, seconds in costs.items():  # physics: a collective between two VMs waits a round trip
+        assert seconds >= 0.98 * rtt / 1e3, f"{name} in {seconds * 1e3:.1f} ms: under one round trip"

@@ -2,13 +2,20 @@
 alone, without a model around it.
 
     python -m harness.cluster.collective      one VM's process (worker.environment() set, one device):
-                                              reads "NBYTES REPEATS" lines, all-reduces NBYTES of
-                                              float32 across the processes REPEATS times, answers
+                                              reads "NBYTES[,NBYTES...] REPEATS [flat]" lines,
+                                              all-reduces tensors of those sizes (float32) across the
+                                              processes REPEATS times, one collective per tensor, or
+                                              with `flat` concatenated into one; answers
                                               {"seconds": [...], "correct": bool} per line; "exit" ends it
 
     with AllReduce(net) as reduce:            one such process in each VM of an emulated network
         net.set_rtt(57.4)
         reduce.seconds(17 * 2**20, repeats=3)  # each VM's times, once every VM has answered
+        reduce.seconds([4 * 2**20] * 4, repeats=3, flat=True)
+
+One collective per tensor is what XLA's CPU runtime does even with a combined all-reduce (it runs
+the operands one by one, each a gloo ring paying its round trips); one over the concatenation is
+what XLA's GPU combiner and NCCL's grouped call amount to.
 """
 import json
 import os
@@ -34,24 +41,35 @@ def serve() -> int:
 
     n = jax.process_count()
     mesh = jax.make_mesh((n,), ("vm",), devices=jax.devices())
-    reduce = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "vm"), mesh=mesh, in_specs=P("vm"), out_specs=P("vm")))
-    compiled = set()
+
+    def per_tensor(*xs):
+        return tuple(jax.lax.psum(x, "vm") for x in xs)
+
+    def flat(*xs):
+        summed = jax.lax.psum(jnp.concatenate(xs, axis=1), "vm")
+        return tuple(jnp.split(summed, np.cumsum([x.shape[1] for x in xs])[:-1], axis=1))
+
+    compiled = {}
     for line in sys.stdin:
         if line.strip() == "exit":
             break
-        nbytes, repeats = map(int, line.split())
-        count = nbytes // 4
-        local = np.full((1, count), jax.process_index() + 1, np.float32)
-        x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("vm")), local, (n, count))
-        if count not in compiled:  # compile and connect outside the timed repeats
-            compiled.add(count)
-            reduce(x).block_until_ready()
+        sizes, repeats, *mode = line.split()
+        counts = tuple(int(b) // 4 for b in sizes.split(","))
+        xs = [jax.make_array_from_process_local_data(NamedSharding(mesh, P("vm")),
+                                                     np.full((1, c), jax.process_index() + 1, np.float32), (n, c))
+              for c in counts]
+        key = (counts, tuple(mode))
+        if key not in compiled:  # compile and connect outside the timed repeats
+            specs = tuple(P("vm") for _ in counts)
+            compiled[key] = jax.jit(jax.shard_map(flat if mode == ["flat"] else per_tensor, mesh=mesh,
+                                                  in_specs=specs, out_specs=specs))
+            jax.block_until_ready(compiled[key](*xs))
         times = []
-        for _ in range(repeats):
+        for _ in range(int(repeats)):
             start = time.perf_counter()
-            out = reduce(x).block_until_ready()
+            out = jax.block_until_ready(compiled[key](*xs))
             times.append(time.perf_counter() - start)
-        correct = bool(jnp.all(out.addressable_shards[0].data == n * (n + 1) / 2))
+        correct = all(bool(jnp.all(o.addressable_shards[0].data == n * (n + 1) / 2)) for o in out)
         print(json.dumps({"seconds": times, "correct": correct}), file=answers, flush=True)
     jax.distributed.shutdown()
     return 0
@@ -77,10 +95,12 @@ class AllReduce:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def seconds(self, nbytes: int, repeats: int) -> list[list[float]]:
-        """Each VM's time for each of `repeats` all-reduces of nbytes (float32)."""
+    def seconds(self, nbytes: int | list[int], repeats: int, flat: bool = False) -> list[list[float]]:
+        """Each VM's time for each of `repeats` all-reduces of nbytes (float32), or of tensors of
+        those sizes: one collective each, or (flat) one over their concatenation."""
+        sizes = ",".join(str(b) for b in (nbytes if isinstance(nbytes, list) else [nbytes]))
         for p in self.procs:
-            p.stdin.write(f"{nbytes} {repeats}\n")
+            p.stdin.write(f"{sizes} {repeats}{' flat' if flat else ''}\n")
             p.stdin.flush()
         answers = []
         for p in self.procs:
