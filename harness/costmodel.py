@@ -262,6 +262,3 @@ def predict_slice(sl: slices.Slice, cfg: GPTConfig, setup: Setup = Setup(), net:
             except BadInput as e:
                 cannot.append({"technique": str(t), "vms": list(vms), "reason": str(e)})
     return out, cannot
-
-
-

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 # What the initramfs loads before it can mount the root: 9p over virtio-pci, and overlayfs.
@@ -119,8 +120,6 @@ def _initramfs(directory: Path, modules: Path) -> Path:
 def boot(script: str, cwd: str | os.PathLike = ".", timeout_s: float = 600, memory_mb: int = 2048) -> Booted:
     """Boot the stock kernel, run `script` with /bin/sh as root in `cwd`, power off; the VM is gone
     when this returns, whether the script finished, failed or ran out of time."""
-    import time
-
     found = kernel()
     assert found is not None, missing()
     image, modules = found

@@ -49,6 +49,7 @@ def test_one_flow_steady_rate_against_window_over_rtt(benchmark, net, ideal, rtt
     bound = min(ideal.window_bytes / (rtt / 1e3), ideal.link_bytes_per_s)
     result = benchmark.pedantic(lambda: transfer(net, "vm1", "vm2", int(bound * 3)), rounds=1)
     steady, in_flight = result["steady_bytes_per_s"], result["in_flight_bytes"]
+    assert steady and in_flight, f"the transfer measured no steady rate or bytes in flight: {result}"
     # Two windows: the send buffer (tcp_wmem's maximum, the configured bound) and what the sender
     # actually kept unacknowledged, which Linux holds below it. A link that adds no queueing and no
     # loss carries the second per target RTT (Little's law); the first is the hosts' TCP.
@@ -101,7 +102,6 @@ def test_gloo_all_reduce_cost(benchmark, net, all_reduce, rtt):
                                 **{f"all_reduce_{mb}MB_rtts": s / rtt_s for mb, s in costs.items()})
     for mb, seconds in costs.items():  # each half of a two-VM ring waits for the other VM's bytes
         assert seconds >= 0.98 * rtt / 1e3, f"{mb} MB in {seconds * 1e3:.1f} ms: under one round trip"
-
 
 
 @pytest.mark.parametrize("rtt", [20.2, 103.0])

@@ -262,8 +262,9 @@ def test_a_delay_only_link_carries_tso_segments_and_a_shaped_one_mtu_packets(net
 
 
 def test_every_vm_runs_cubic_and_records_say_so(net):
-    """The paper's VMs ran Linux's default congestion control; a namespace would inherit the
-    machine's (BBR on some), whose 10 s minimum-RTT memory throttles a sweep's live connections."""
+    """Linux's default congestion control, as on the paper's VMs unless they were tuned; a namespace
+    would inherit the machine's (BBR on some), whose 10 s minimum-RTT memory throttles a sweep's
+    live connections."""
     if "cubic" not in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split():
         pytest.skip("this kernel has no CUBIC (tcp_available_congestion_control)")
     for vm in net.netns:

@@ -112,6 +112,7 @@ def test_netem_emulate_command_reports_the_netem_link(netem_run):
     assert report["mechanism"] == "netem"
     pair = report["pairs"][0]
     assert within(pair["rtt_ms"], 103.0), pair
+    assert set(report["packets"]) == {"vm1>vm2", "vm2>vm1"}, report["packets"]
     assert all(c["packets"] > 0 and c["dropped_queue"] == 0 for c in report["packets"].values()), report["packets"]
 
 

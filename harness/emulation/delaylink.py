@@ -107,10 +107,10 @@ class Direction:
     last_due: float = 0.0  # with a rate, packets leave in order
     held: int = 0  # packets in the queue now
     counts: Counter = field(default_factory=Counter)
+    plain: bool = field(init=False)  # nothing to wait for or draw: the relay writes it on at once
 
-    @property
-    def plain(self) -> bool:
-        return self.delay == 0.0 and not self.jitter and self.rate is None and not self.loss and not self.gemodel
+    def __post_init__(self) -> None:
+        self.plain = self.delay == 0.0 and not self.jitter and self.rate is None and not self.loss and not self.gemodel
 
     def lost(self) -> bool:
         if self.loss and random.random() < self.loss:
@@ -194,11 +194,11 @@ class Relay:
             if link.lost():
                 link.counts["dropped_loss"] += 1
                 continue
-            now = time.monotonic()
             if link.plain and not queue:
                 self.held[key].append(0.0)
                 self._write(link, packet)  # the fast path: nothing to wait for
                 continue
+            now = time.monotonic()
             link.held += 1
             heapq.heappush(queue, (link.due(now, len(packet) - VNET_HDR), self.seq, link, packet, now))
             self.seq += 1

@@ -248,7 +248,8 @@ def measure_rtt(net: EmulatedNetwork, a: str, b: str, count: int = probe.PROBES,
 
 def transfer(net: EmulatedNetwork, a: str, b: str, nbytes: int, port: int = 7102) -> dict:
     """One bulk TCP transfer from VM a to VM b: {"bytes", "seconds" (connect to the receiver's
-    answer), "steady_bytes_per_s" (the second half's rate, past slow start)}."""
+    answer), "steady_bytes_per_s" (the second half's rate, past slow start), "in_flight_bytes"
+    (what the sender kept unacknowledged meanwhile, on average)}."""
     server = _server(net, b, "sink", port)
     try:
         out = net.run(a, [sys.executable, "-m", "harness.emulation.probe", "send", net.address[b], str(port),

@@ -69,7 +69,10 @@ def sink(addr: str, port: int) -> None:
     conn, _ = server.accept()
     preamble = b""
     while len(preamble) < 64:  # the sender says how much it will send, in a fixed 64 bytes
-        preamble += conn.recv(64 - len(preamble))
+        chunk = conn.recv(64 - len(preamble))
+        if not chunk:
+            raise RuntimeError("the sender closed the connection before saying how much it would send")
+        preamble += chunk
     half = int(preamble.split(b"\n")[0])
     total, buffer, half_at = 0, bytearray(CHUNK), None
     while n := conn.recv_into(buffer):  # into one buffer: the probe must not compete with the link for CPU
