@@ -117,11 +117,13 @@ class Setup:
     precision: str = "float32"
     remat: bool = True  # Pipeshard recomputes stage activations in the backward pass
     alpa_shard: bool = True  # Shard plans as Alpa's: uniform mesh, no memory budget
+    pipeline_schedule: str = "1f1b"  # Pipeshard's, for memory: Alpa's default; or "gpipe"
     seq_len: int | None = None  # default: the model's n_positions
 
     def __str__(self) -> str:
         return (f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
-                + (", Pipeshard with rematerialisation" if self.remat else "")
+                + f", Pipeshard's {self.pipeline_schedule} schedule"
+                + (" with rematerialisation" if self.remat else "")
                 + (", Shard planned as Alpa's (uniform mesh, no memory budget)" if self.alpa_shard else ""))
 
 

@@ -24,7 +24,7 @@ import scipy.stats
 
 from harness import costmodel, slices
 from harness.config import GPTConfig, Setup
-from harness.netmodel import Network
+from harness.netmodel import GLOO_FLOWS_PER_PEER, Network
 from harness.emulation.network import MTU
 
 TCP_HEADERS = 52  # IPv4 + TCP with timestamps
@@ -89,7 +89,7 @@ def calibrate(recs: list[dict]) -> tuple[Network, float, list[str]]:
     if not any(rates):
         raise ValueError("the records carry no measured link rate (network.link_bytes_per_s): not an emulated run")
     net = Network(link_bytes_per_s=max(filter(None, rates)), ring_over_devices=False,
-                  initial_window_bytes=10 * (MTU - TCP_HEADERS))
+                  initial_window_bytes=10 * (MTU - TCP_HEADERS), flows_per_peer=GLOO_FLOWS_PER_PEER)
     used = [single]
     zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)
     if zero2:

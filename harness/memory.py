@@ -6,6 +6,9 @@ arguments (parameters, optimizer state, batch) + outputs not aliased to argument
 (activations kept for the backward pass, gradients, workspace). A device whose GPU has less
 memory than that is out of memory: the paper's x.
 
+Pipeshard is analysed as Alpa runs it: one program per stage, each compiled for its own VM's GPUs
+(techniques/pipeshard_stages.py), and each stage judged against the memory of the GPUs it runs on.
+
 Caveat, stated in every result: the program is compiled by XLA's CPU backend. Its buffer
 assignment and fusion differ from the GPU backend's, so absolute figures are estimates; the
 comparison between techniques on the same compiler is what the memory claims rest on.
@@ -22,6 +25,7 @@ from harness.hardware import GiB
 from harness.netmodel import Links
 from harness.slices import Slice
 from harness.techniques import TECHNIQUES, ClusterShape, mesh_shape, technique
+from harness.techniques.pipeshard_stages import stage_programs
 
 SOURCE = "xla-cpu-memory-analysis (compile only)"
 # The program is never run, so LLVM need not optimise its machine code: buffer assignment, which
@@ -55,16 +59,28 @@ def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: 
 
 
 def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup) -> dict:
+    """bytes_per_device is the fullest device's need; bytes_per_stage, for Pipeshard, each
+    stage's (stage i runs on mesh row i)."""
     batch = a.batch_per_gpu * shape.n_devices
     cfg = TrainConfig(batch_size=batch, seq_len=model_cfg.n_positions, steps=1)
     start = time.perf_counter()
-    plan = tech.build(model_cfg, shape, cfg, total_steps=1)
+    if tech.name == "Pipeshard":
+        stages = stage_programs(model_cfg, shape, batch, model_cfg.n_positions, a.micro_batches,
+                                a.pipeline_schedule, a.remat)
+        needs = [_bytes(*program.build(shape, cfg, 1, batch, model_cfg.n_positions)) for program in stages]
+        plan = (f"Pipeshard as Alpa compiles it, one program per stage on its VM's {shape.devices_per_host} "
+                f"GPU(s), {a.pipeline_schedule} schedule, {a.micro_batches} microbatches:\n"
+                + "\n".join(f"  {program.describe()}" for program in stages))
+        return {"bytes_per_device": max(needs), "bytes_per_stage": needs,
+                "compile_s": time.perf_counter() - start, "plan": plan}
+    built = tech.build(model_cfg, shape, cfg, total_steps=1)
     _, abstract = model.abstract_init(model_cfg)
-    compiled = plan.step.lower(*plan.abstract_args(abstract, batch, model_cfg.n_positions)).compile(COMPILE_ONLY)
-    analysis = compiled.memory_analysis()
-    return {"bytes_per_device": train.needed_bytes(compiled), "arguments": int(analysis.argument_size_in_bytes),
-            "temporaries": int(analysis.temp_size_in_bytes), "compile_s": time.perf_counter() - start,
-            "plan": plan.describe()}
+    need = _bytes(built.step, built.abstract_args(abstract, batch, model_cfg.n_positions))
+    return {"bytes_per_device": need, "compile_s": time.perf_counter() - start, "plan": built.describe()}
+
+
+def _bytes(step, args) -> int:
+    return train.needed_bytes(step.lower(*args).compile(COMPILE_ONLY))
 
 
 def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tuple(TECHNIQUES),
@@ -76,7 +92,10 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
     for vms, shape in placements(sl, gpus):
         for name in techniques:
             tech, mesh_shape = technique_for(name, shape, sl, vms, a)
-            key = (name, model_cfg, mesh_shape, a, getattr(tech, "links", None), getattr(tech, "device_memory", None))
+            # Only Pipeshard reads the rematerialisation and schedule settings.
+            relevant = a if name == "Pipeshard" else dataclasses.replace(a, remat=False, pipeline_schedule="1f1b")
+            key = (name, model_cfg, mesh_shape, relevant, getattr(tech, "links", None),
+                   getattr(tech, "device_memory", None))
             try:
                 if key not in cache:
                     cache[key] = compiled_bytes(tech, model_cfg, mesh_shape, a)
@@ -85,13 +104,22 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
                 status, reason = records.failure(e)
                 out.append(record(name, sl, vms, shape, model_cfg, a, None, status, reason))
                 continue
-            need = result["bytes_per_device"]
-            short = [vm for vm in sl.vms if vm.name in vms and need > vm.accelerator.usable_bytes]
+            short = [(vm, need) for vm, need in _needs(sl, vms, result) if need > vm.accelerator.usable_bytes]
             status = "oom" if short else "ok"
             reason = "; ".join(f"needs {need / GiB:.1f} GiB per GPU, {vm.name}'s {vm.gpu} has "
-                               f"{vm.accelerator.describe_memory()}" for vm in short) or None
+                               f"{vm.accelerator.describe_memory()}" for vm, need in short) or None
             out.append(record(name, sl, vms, shape, model_cfg, a, result, status, reason))
     return out
+
+
+def _needs(sl: Slice, vms, result: dict) -> list:
+    """(VM, bytes each of its GPUs needs) for the VMs used. Pipeshard's stage i runs on the i-th VM
+    used; on one VM all its stages share that VM's GPUs."""
+    used = [vm for vm in sl.vms if vm.name in vms]
+    stages = result.get("bytes_per_stage")
+    if stages and len(stages) == len(used):
+        return list(zip(used, stages))
+    return [(vm, result["bytes_per_device"]) for vm in used]
 
 
 def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: Setup, result, status, reason):
@@ -99,5 +127,7 @@ def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: S
     where = records.Placement(name, a.micro_batches, result["plan"] if result else None, {
         "slice": sl.name, "vms_used": list(vms), "hosts": shape.hosts, "devices_per_host": shape.devices_per_host,
         "network": {"mechanism": None, "rtt_ms": sl.rtt_ms}})
-    return records.build(model_cfg, cfg, None, None, where, status, reason,
-                         memory={"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE})
+    memory = {"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE}
+    if result and result.get("bytes_per_stage"):
+        memory["bytes_per_stage"] = result["bytes_per_stage"]
+    return records.build(model_cfg, cfg, None, None, where, status, reason, memory=memory)

@@ -4,20 +4,35 @@ Network is the full model the cost model prices transfers with (one TCP connecti
 its window, slow start after idle, a fixed cost per collective); Links is the planners' summary of
 it, one bandwidth and latency per axis (Network.links), which the Shard planner costs plans with.
 
-Between VMs, GPUs talk over TCP (NCCL sockets). One TCP connection carries at most window / RTT
-bytes per second however fast the link is, so a slice's RTT caps the bandwidth between its VMs;
-Linux's default maximum receive window (tcp_rmem) is 6 MiB. Inside a VM the figures are those of
-PCIe-attached GPUs without NVLink, as on the paper's FABRIC VMs.
+Between VMs, GPUs talk over TCP (NCCL's socket transport). One TCP connection carries at most
+window / RTT bytes per second however fast the link is, so a slice's RTT caps the bandwidth
+between its VMs. Every constant below is the stock setting of one layer of the paper's stack, named
+where it is set; `calibrated` replaces them with what a probe measured on a link.
+Inside a VM the figures are those of PCIe-attached GPUs without NVLink, as on FABRIC's VMs.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-TCP_WINDOW_BYTES = 6 * 2**20  # Linux net.ipv4.tcp_rmem maximum, default
+# Linux TCP in the VMs (Documentation/networking/ip-sysctl.rst; the distributions keep these).
+TCP_RMEM_MAX = 6 * 2**20  # net.ipv4.tcp_rmem, third value (6291456): the most a receiver buffers
+TCP_WMEM_MAX = 4 * 2**20  # net.ipv4.tcp_wmem, third value (4194304): the most a sender buffers
+TCP_ADV_WIN_SCALE = 1  # net.ipv4.tcp_adv_win_scale before Linux 6.6: half the receive buffer is window
+# A sender keeps about a quarter of its buffer queued unsent: measured on the emulated link, 3.15 MB
+# in flight of a 4 MiB tcp_wmem at 20-103 ms (tests_cpu/test_bench_tcp.py, in_flight_bytes).
+SEND_BUFFER_IN_FLIGHT = 0.75
+TCP_WINDOW_BYTES = min(TCP_RMEM_MAX / 2**TCP_ADV_WIN_SCALE, SEND_BUFFER_IN_FLIGHT * TCP_WMEM_MAX)  # 3 MiB
+# NCCL's socket transport: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD connections to each peer,
+# both 1 by default (NCCL raises them only on the AWS and GCP NICs it recognises).
+NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD = 1, 1
+NCCL_FLOWS_PER_PEER = NCCL_SOCKET_NTHREADS * NCCL_NSOCKS_PERTHREAD
+GLOO_FLOWS_PER_PEER = 1  # gloo (JAX's CPU collectives) keeps one TCP pair per peer
 PCIE_BYTES_PER_S = 12e9  # PCIe 3.0 x16, achievable
 PCIE_LATENCY_S = 10e-6
 TCP_INITIAL_WINDOW_SEGMENTS = 10  # RFC 6928, Linux's default initial congestion window
 ETHERNET_MSS = 1448  # 1500-byte MTU less IP and TCP headers (with timestamps)
-DEFAULT_LINK_GBPS = 25.0  # FABRIC's dedicated ConnectX NICs; a slice file's bandwidth_gbps overrides it
+# FABRIC's VMs reach other sites through a shared 25 Gbit/s NIC unless a dedicated ConnectX NIC is
+# asked for; a slice file's bandwidth_gbps overrides it.
+DEFAULT_LINK_GBPS = 25.0
 NCCL_LAUNCH_S = 20e-6  # launch and synchronisation of one NCCL collective: tens of microseconds
 
 
@@ -56,6 +71,22 @@ class Network:
     ici_latency_s: float = PCIE_LATENCY_S
     ring_over_devices: bool = True  # NCCL: every GPU is a rank; gloo (JAX on CPU): one rank per VM
     per_collective_s: float = NCCL_LAUNCH_S  # fixed cost of one collective between VMs
+    flows_per_peer: int = NCCL_FLOWS_PER_PEER  # TCP connections between two ranks, each with its window
+
+    @property
+    def peer_window_bytes(self) -> float:
+        return self.flows_per_peer * self.window_bytes
+
+    def calibrated(self, rtt_ms: float, flow_bytes_per_s: float) -> "Network":
+        """This network with what one TCP flow was measured to carry at rtt_ms (a probe's steady
+        rate): that rate x RTT is the window a flow keeps in flight. A flow that filled at least
+        90% of the link was not held back by its window: then the link's rate is what was measured."""
+        if rtt_ms <= 0 or flow_bytes_per_s <= 0:
+            raise ValueError(f"a measured link needs a positive RTT and rate, got {rtt_ms} ms, {flow_bytes_per_s} B/s")
+        if flow_bytes_per_s >= 0.9 * self.link_bytes_per_s:
+            return replace(self, link_bytes_per_s=flow_bytes_per_s)
+        window = flow_bytes_per_s * rtt_ms / 1e3
+        return replace(self, window_bytes=window, initial_window_bytes=min(self.initial_window_bytes, window))
 
     def send_s(self, nbytes: float, rtt_s: float) -> float:
         """One TCP connection moving nbytes from a cold start (after idle): one-way latency, then
@@ -65,13 +96,14 @@ class Network:
             return 0.0
         if rtt_s <= 0:
             return nbytes / self.link_bytes_per_s
-        cap = min(self.window_bytes, self.link_bytes_per_s * rtt_s)
+        cap = min(self.peer_window_bytes, self.link_bytes_per_s * rtt_s)
         first = min(self.initial_window_bytes, cap)
         opening = max(0, math.ceil(math.log2(cap / first)))  # round trips before the window is fully open
         carried = first * (2**opening - 1)  # what those round trips carry
         if nbytes <= carried:
             return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s
-        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / min(self.window_bytes / rtt_s, self.link_bytes_per_s)
+        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / min(self.peer_window_bytes / rtt_s,
+                                                                       self.link_bytes_per_s)
 
     def ring_s(self, nbytes: float, hosts: int, devices: int, rtt_s: float, phases: int) -> float:
         """A ring collective over hosts x devices moving nbytes per rank: phases = 2 for an
@@ -94,4 +126,4 @@ class Network:
         """The planners' summary: one TCP connection carries at most window / RTT between VMs."""
         rtt = max(rtt_ms, 0.01) / 1e3
         return Links(self.ici_bytes_per_s, self.ici_latency_s,
-                     min(self.link_bytes_per_s, self.window_bytes / rtt), rtt / 2)
+                     min(self.link_bytes_per_s, self.peer_window_bytes / rtt), rtt / 2)

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import costmodel, slices
+from harness import costmodel, measured_link, netmodel, slices
 from harness.cli import main
 from harness.config import Setup, model_config
+from harness.errors import BadInput
 from harness.netmodel import Network
 
 GPT2M = model_config("gpt2m")
@@ -26,6 +27,57 @@ def test_one_connection_is_capped_by_window_over_rtt():
     rate = big / (NET.send_s(big, rtt) - NET.send_s(big / 2, rtt)) * 0.5
     assert rate == pytest.approx(NET.window_bytes / rtt, rel=0.01)
     assert NET.send_s(big, 0.0) == pytest.approx(big / NET.link_bytes_per_s)
+
+
+def test_the_window_is_the_stock_linux_one_and_nccl_opens_one_flow_per_peer():
+    """Half of the 6 MiB tcp_rmem is offered as window; a sender keeps 3/4 of its 4 MiB tcp_wmem in
+    flight: 3 MiB either way. Each flow NCCL opens to a peer brings its own window."""
+    assert netmodel.TCP_WINDOW_BYTES == 3 * 2**20 and NET.flows_per_peer == 1
+    two = Network(flows_per_peer=2)
+    rtt, big = 0.05, 2e9
+    assert NET.send_s(big, rtt) / two.send_s(big, rtt) == pytest.approx(2, rel=0.02)
+    assert two.links(50).dcn_bytes_per_s == pytest.approx(2 * NET.links(50).dcn_bytes_per_s)
+
+
+def test_a_measured_flow_sets_the_window_or_the_link():
+    slow = NET.calibrated(20.0, 1e8)  # 100 MB/s at 20 ms: 2 MB in flight
+    assert slow.window_bytes == pytest.approx(2e6) and slow.link_bytes_per_s == NET.link_bytes_per_s
+    full = Network(link_bytes_per_s=1.25e8).calibrated(0.5, 1.2e8)  # the flow filled a 1 Gbit/s link
+    assert full.link_bytes_per_s == 1.2e8 and full.window_bytes == NET.window_bytes
+    with pytest.raises(ValueError):
+        NET.calibrated(0.0, 1e8)
+
+
+def test_a_measured_link_file_gives_its_largest_rtt_pair_and_bad_ones_name_the_field(tmp_path):
+    good = tmp_path / "link.json"
+    good.write_text(json.dumps({"pairs": [{"a": "vm1", "b": "vm2", "rtt_ms": 12.0, "throughput_bytes_per_s": 3e8},
+                                          {"a": "vm1", "b": "vm3", "rtt_ms": 80.0, "throughput_bytes_per_s": 4e7}]}))
+    link = measured_link.load(good)
+    assert (link.b, link.rtt_ms, link.flow_bytes_per_s) == ("vm3", 80.0, 4e7)
+    for text, message in [("{", "not JSON"), ("{}", "non-empty list 'pairs'"),
+                          ('{"pairs": [{"rtt_ms": 5}]}', "field 'throughput_bytes_per_s' must be a positive number"),
+                          ('{"pairs": [{"rtt_ms": true, "throughput_bytes_per_s": 1}]}', "field 'rtt_ms'")]:
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(BadInput, match=message) as e:
+            measured_link.load(bad)
+        assert str(bad) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(BadInput, match="cannot read it"):
+        measured_link.load(tmp_path / "missing.json")
+
+
+def test_predict_on_a_measured_link_is_slower_where_the_flow_was(tmp_path):
+    def data_step(rate: float) -> float:
+        path = tmp_path / f"{rate}.json"
+        path.write_text(json.dumps({"pairs": [{"a": "vm1", "b": "vm2", "rtt_ms": 20.2, "throughput_bytes_per_s": rate}]}))
+        proc = subprocess.run([sys.executable, "-m", "harness", "predict", "--tokens", "1e6", "--link", str(path),
+                               "--json"], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["network"]["measured"]["source"] == str(path)
+        return next(p["step_s"] for p in doc["predictions"] if p["technique"] == "Data" and len(p["vms"]) == 2)
+
+    assert data_step(5e7) > data_step(2e8)
 
 
 def test_slow_start_costs_round_trips_before_the_window_opens():

@@ -213,7 +213,7 @@ def test_forcing_netem_says_why_it_cannot_be_used():
     assert "the netem delay mechanism cannot be used: " in proc.stderr.splitlines()[-1]
 
 
-def test_emulate_command_probes_and_tears_down():
+def test_emulate_command_probes_and_tears_down_and_predict_rests_on_what_it_measured(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "emulate", "--slice", "UTAH-MASS", "--json"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -222,6 +222,14 @@ def test_emulate_command_probes_and_tears_down():
     assert report["mechanism"] == ("netem" if netns.has_netem() else "userspace") and pair["target_rtt_ms"] == 57.4
     assert abs(pair["rtt_error_ms"]) <= 0.05 * 57.4 + 0.3
     assert not any(name in netns.ours() for name in (v["netns"] for v in report["vms"].values()))
+    # The cost model calibrated from that probe: its RTT, and one flow's rate x RTT as the window.
+    (tmp_path / "link.json").write_text(proc.stdout)
+    proc = subprocess.run([sys.executable, "-m", "harness", "predict", "--slice", "UTAH-MASS", "--tokens", "1e6",
+                           "--link", str(tmp_path / "link.json"), "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["rtt_ms"] == pair["rtt_ms"] and result["network"]["measured"]["rtt_ms"] == pair["rtt_ms"]
+    assert result["network"]["window_bytes"] == pytest.approx(pair["throughput_bytes_per_s"] * pair["rtt_ms"] / 1e3)
 
 
 def test_a_change_of_delay_forgets_what_tcp_learned_of_the_old_one(net):

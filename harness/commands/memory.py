@@ -3,7 +3,7 @@ import argparse
 import dataclasses
 import sys
 
-from harness import records, slices
+from harness import infer, records, slices
 from harness.config import model_config
 from harness.errors import BadInput
 from harness.config import Setup
@@ -33,35 +33,118 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Pipeshard recomputes each stage's forward in the backward pass instead of keeping activations")
     p.add_argument("--techniques", nargs="+", default=list(TECHNIQUES), choices=list(TECHNIQUES), metavar="NAME",
                    help=f"techniques to analyse (default: all of {', '.join(TECHNIQUES)})")
+    p.add_argument("--pipeline-schedule", default=Setup.pipeline_schedule, choices=["1f1b", "gpipe"],
+                   help="Pipeshard's schedule, which sets the microbatches a stage keeps in flight "
+                        "(default: %(default)s, Alpa's)")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial records to this file")
+    p.add_argument("--infer", action="store_true",
+                   help="infer the paper's unstated setup: analyse every setup of a plausible space (batch per "
+                        "GPU x microbatches x precision x Pipeshard remat; narrow it with --batches, --micro, "
+                        "--precisions) on the chosen slices, show which of the paper's observed runs each "
+                        "reproduces, and judge C4's parts at every setup and at the setups inferred without them")
+    p.add_argument("--batches", default=",".join(map(str, infer.BATCHES)), metavar="LIST",
+                   help="--infer: sequences per GPU to try (default: %(default)s)")
+    p.add_argument("--micro", default=",".join(map(str, infer.MICRO_BATCHES)), metavar="LIST",
+                   help="--infer: microbatches to try (default: %(default)s)")
+    p.add_argument("--precisions", default=",".join(infer.PRECISIONS), metavar="LIST",
+                   help="--infer: precisions to try (default: %(default)s)")
+
+
+def _ints(option: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise BadInput(f"{option} must be a comma-separated list of positive integers, got {text!r}")
+    return values
 
 
 def run(args) -> tuple[int, dict]:
-    models = [model_config(m) for m in (PAPER_MODELS if args.model == "all" else [args.model])]
+    models = [model_config(m) for m in (PAPER_MODELS if args.model == "all" or args.infer else [args.model])]
     chosen = slices.table_i() if args.slice == "all" else [slices.load(args.slice)]
-    assumptions = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat, alpa_shard=False)
+    assumptions = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat, alpa_shard=False,
+                        pipeline_schedule=args.pipeline_schedule)
     for name, value in (("--batch-per-gpu", args.batch_per_gpu), ("--micro-batches", args.micro_batches)):
         if value < 1:
             raise BadInput(f"{name} must be positive, got {value}")
+    if args.infer:
+        precisions = tuple(p.strip() for p in args.precisions.split(",") if p.strip())
+        if not precisions or set(precisions) - {"float32", "float16", "bfloat16"}:
+            raise BadInput(f"--precisions must list float32, float16 or bfloat16, got {args.precisions!r}")
+        setups = infer.space(_ints("--batches", args.batches), _ints("--micro", args.micro), precisions,
+                             schedule=args.pipeline_schedule)
+        if not setups:
+            raise BadInput("--batches and --micro leave no setup: microbatches must divide the sequences per GPU")
     gpu_counts = {"2": ["per_vm"], "4": ["all"], "both": ["all", "per_vm"]}[args.gpus]
 
     import jax  # the mesh of the largest slice must exist before anything touches the backend
 
     jax.config.update("jax_num_cpu_devices", max(len(s.vms) * s.gpus_per_vm for s in chosen))
 
-    out, cache = [], {}
-    for model_cfg in models:
-        for sl in chosen:
-            for which in gpu_counts:
-                gpus = sl.gpus_per_vm * (len(sl.vms) if which == "all" else 1)
-                print(f"{model_cfg.name} on {sl.name}, {gpus} GPUs ...", file=sys.stderr, flush=True)
-                out += analyse(sl, model_cfg, gpus, assumptions, args.techniques, cache)
+    if args.infer:
+        return _infer(setups, models, chosen, args)
+    out = _analyse_all(models, chosen, gpu_counts, assumptions, args.techniques, {})
     if args.out:
         for r in out:
             records.append(args.out, r)
     if not args.json:
         print_table(out, assumptions)
     return 0, {"assumptions": dataclasses.asdict(assumptions), "source": SOURCE, "records": out}
+
+
+def _analyse_all(models, chosen, gpu_counts, a: Setup, techniques, cache: dict, prefix: str = "") -> list[dict]:
+    out = []
+    for model_cfg in models:
+        for sl in chosen:
+            for which in gpu_counts:
+                gpus = sl.gpus_per_vm * (len(sl.vms) if which == "all" else 1)
+                print(f"{prefix}{model_cfg.name} on {sl.name}, {gpus} GPUs ...", file=sys.stderr, flush=True)
+                out += analyse(sl, model_cfg, gpus, a, techniques, cache)
+    return out
+
+
+def _infer(setups, models, chosen, args) -> tuple[int, dict]:
+    results, cache, everything = [], {}, []
+    for i, a in enumerate(setups, 1):
+        recs = _analyse_all(models, chosen, ["all", "per_vm"], a, list(TECHNIQUES), cache,
+                            prefix=f"[{i}/{len(setups)} {infer.label(a)}] ")
+        everything += recs
+        results.append(infer.evaluate(a, recs, chosen))
+    if args.out:
+        for r in everything:
+            records.append(args.out, r)
+    doc = {"source": SOURCE, "slices": [sl.name for sl in chosen], **infer.summary(results)}
+    if not args.json:
+        print_inference(doc)
+    return 0, doc
+
+
+def print_inference(doc: dict) -> None:
+    print(f"The paper's unstated setup, inferred from its {doc['observations_counted']} observed runs "
+          f"(bytes from {doc['source']}; slices {', '.join(doc['slices'])})")
+    print(f"{'setup':18} {'reproduced':>10}  C4 parts at this setup")
+    for row in doc["setups"]:
+        if row["problem"]:
+            print(f"{row['setup']:18} {'-':>10}  cannot run: {row['problem']}")
+            continue
+        parts = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in row["verdicts"].items())
+        print(f"{row['setup']:18} {row['matched']:>4} of {row['of']:<3}  {parts}")
+    print("\nNot counted, the paper's own runs disagree on the same hardware:")
+    for c in doc["conflicts_not_counted"]:
+        print(f"  {c['hardware']}: {'; '.join(c['runs'])}")
+    best = doc["setups"][0] if doc["setups"] else None
+    if best and not best["problem"]:
+        print(f"\nBest setup {best['setup']} misses: " + ("; ".join(best["missed"]) or "nothing"))
+    print("\nC4, judged apart from the choice of setup:")
+    for part, j in doc["c4"].items():
+        print(f"  {part}: {j['case']}")
+        print(f"    holds at {len(j['holds_at'])} of {j['setups']} setups; setups chosen from the other "
+              f"observations ({j['others_matched']} of {j['others_total']} reproduced): "
+              f"{', '.join(j['chosen_from_others']) or 'none'}")
+        if j["own_observations"]:
+            print(f"    its own {len(j['own_observations'])} observations reproduced there: "
+                  + ", ".join(f"{k} {v}" for k, v in j["own_matched_at_chosen"].items()))
 
 
 def print_table(out: list[dict], assumptions: Setup) -> None:

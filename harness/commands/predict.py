@@ -3,7 +3,7 @@ import argparse
 import dataclasses
 import sys
 
-from harness import costmodel, slices
+from harness import costmodel, measured_link, slices
 from harness.config import Setup, model_config
 from harness.errors import BadInput
 from harness.hardware import ACCELERATORS
@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=float, default=None, metavar="N",
                    help="tokens in one epoch of the dataset (default: the embedded corpus, counted as "
                         f"characters / {CHARS_PER_TOKEN:g})")
+    p.add_argument("--link", default=None, metavar="FILE.json",
+                   help="a measured link (`python -m harness emulate --json`, or the same shape from a live slice): "
+                        "its RTT replaces the slice's and one flow's measured rate sets the TCP window")
     p.add_argument("--efficiency", type=float, default=costmodel.COMPUTE_EFFICIENCY,
                    help="fraction of a GPU's peak a training step sustains (default: %(default)s)")
 
@@ -44,15 +47,23 @@ def run(args) -> tuple[int, dict]:
     if (args.batch_per_gpu * sl.gpus_per_vm) % args.micro_batches:
         raise BadInput(f"--micro-batches {args.micro_batches} must divide one VM's batch "
                        f"({args.batch_per_gpu} x {sl.gpus_per_vm} GPUs)")
+    link = measured_link.load(args.link) if args.link else None
     tokens = args.tokens if args.tokens is not None else corpus_tokens()
+    net = costmodel.network_for(sl)
+    if link:
+        sl, net = sl.with_rtt(link.rtt_ms), net.calibrated(link.rtt_ms, link.flow_bytes_per_s)
     setup = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=not args.no_remat)
     predictions, cannot = costmodel.predict_slice(
-        sl, cfg, setup, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
+        sl, cfg, setup, net=net, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
         epochs=args.epochs, dataset_tokens=tokens)
     result = {"slice": sl.name, "model": cfg.name,
               "setup": dataclasses.asdict(setup) | {"epochs": args.epochs, "dataset_tokens": tokens,
                                                     "efficiency": args.efficiency},
-              "rtt_ms": sl.rtt_ms, "predictions": [p.to_dict() for p in predictions], "cannot_run": cannot}
+              "rtt_ms": sl.rtt_ms,
+              "network": {"link_bytes_per_s": net.link_bytes_per_s, "window_bytes": net.window_bytes,
+                          "flows_per_peer": net.flows_per_peer,
+                          "measured": link.to_dict() if link else None},
+              "predictions": [p.to_dict() for p in predictions], "cannot_run": cannot}
     if not args.json:
         print(summary(result))
     return 0, result
@@ -65,10 +76,19 @@ def corpus_tokens() -> float:
     return sum(len(t) for t in data.load_corpus().texts) / CHARS_PER_TOKEN
 
 
+def _network_line(n: dict) -> str:
+    m = n["measured"]
+    where = (f"measured {m['a']}-{m['b']}: {m['rtt_ms']:g} ms, one flow {m['flow_bytes_per_s'] / 1e6:.1f} MB/s "
+             f"({m['source']})") if m else "stock settings (harness/netmodel.py)"
+    return (f"network: link {n['link_bytes_per_s'] * 8 / 1e9:.3g} Gbit/s, TCP window {n['window_bytes'] / 2**20:.2f} MiB x "
+            f"{n['flows_per_peer']} flow(s) per peer; {where}")
+
+
 def summary(result: dict) -> str:
     s = result["setup"]
     lines = [f"{result['model']} on {result['slice']} (RTT {result['rtt_ms']} ms), {s['batch_per_gpu']} sequences per GPU, "
              f"{s['micro_batches']} microbatches, {s['precision']}, {s['epochs']} epochs of {s['dataset_tokens']:.3g} tokens",
+             _network_line(result["network"]),
              f"{'technique':9} {'VMs':9} {'step s':>7} {'compute':>8} {'collect.':>8} {'bubble':>7} {'transf.':>7} "
              f"{'epochs h':>9} {'TFLOP/s':>7} {'GB/GPU':>7}"]
     for p in result["predictions"]:

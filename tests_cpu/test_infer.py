@@ -1,0 +1,93 @@
+"""Inferring the paper's unstated setup from its observed runs, and judging C4 apart from that choice."""
+import json
+import subprocess
+import sys
+
+from harness import claims, infer, paper
+from harness.config import Setup
+
+
+def S(batch_per_gpu: int, micro_batches: int) -> Setup:
+    return Setup(batch_per_gpu, micro_batches, remat=False, alpa_shard=True)
+
+
+def result(setup: Setup, wrong: set, verdicts: dict) -> infer.SetupResult:
+    """A setup that reproduces every counted observation but those in `wrong`."""
+    matched = {key: key not in wrong for key in infer.counted_observations()}
+    return infer.SetupResult(setup, matched, verdicts)
+
+
+ZERO2_OWN = [k for k in infer.counted_observations() if infer.REST_ON["C4.zero2-only"](*k)]
+OTHERS = [k for k in infer.counted_observations() if not infer.REST_ON["C4.zero2-only"](*k)]
+
+
+def test_the_space_keeps_whole_microbatches_and_leaves_out_bfloat16():
+    setups = infer.space()
+    assert all(a.batch_per_gpu % a.micro_batches == 0 for a in setups)
+    assert {a.precision for a in setups} == {"float32", "float16"}
+    assert Setup(1, 2) not in setups and len({infer.label(a) for a in setups}) == len(setups)
+
+
+def test_conflicting_observations_are_not_counted():
+    counted = infer.counted_observations()
+    conflicts = paper.conflicts()
+    assert conflicts and len(counted) < len(paper.RUNS)
+    for (s, placement, model, tech) in paper.RUNS:
+        key = (model, tech, paper.gpu_memory(s, placement))
+        assert ((s, placement, model, tech) in counted) == (key not in conflicts)
+
+
+def test_a_part_is_judged_at_setups_chosen_without_its_own_observations():
+    """B reproduces C4.zero2-only's own observations and makes it hold, but A reproduces more of the
+    other observations: A is the setup the evidence points to, and the part is judged there."""
+    a = result(S(2, 2), wrong=set(ZERO2_OWN[:1]), verdicts={"C4.zero2-only": claims.CONTRADICTED})
+    b = result(S(4, 2), wrong=set(OTHERS[:3]), verdicts={"C4.zero2-only": claims.HOLDS})
+    part = infer.judge_parts([a, b])["C4.zero2-only"]
+    assert part["chosen_from_others"] == ["b2 m2 fp32"]
+    assert part["case"] == "does not hold at the setups the other observations point to: b2 m2 fp32"
+    assert part["holds_at"] == ["b4 m2 fp32"] and part["reproduce_own"] == ["b4 m2 fp32"]
+    assert part["own_matched_at_chosen"] == {"b2 m2 fp32": len(ZERO2_OWN) - 1}
+
+
+def test_the_three_cases():
+    holds = {p: claims.HOLDS for p in infer.REST_ON}
+    everywhere = infer.judge_parts([result(S(2, 2), set(), holds), result(S(4, 2), set(), holds)])
+    assert everywhere["C4.most"]["case"] == "holds at every plausible setup"
+    # No setup reproduces the part's own observations: say which observation rules out how many.
+    nowhere = infer.judge_parts([result(S(2, 2), {ZERO2_OWN[0]}, {"C4.zero2-only": claims.CONTRADICTED})])
+    case = nowhere["C4.zero2-only"]["case"]
+    assert case.startswith("no plausible setup reproduces the observations it rests on")
+    assert f"{infer.describe(ZERO2_OWN[0])}: 1 setups" in case
+    chosen = infer.judge_parts([result(S(2, 2), set(), {"C4.zero2-only": claims.HOLDS}),
+                                result(S(4, 2), set(OTHERS[:1]), {"C4.zero2-only": claims.CONTRADICTED})])
+    assert chosen["C4.zero2-only"]["case"] == "holds at the setups the other observations point to: b2 m2 fp32"
+
+
+def test_setups_that_cannot_be_analysed_are_listed_not_judged():
+    broken = infer.SetupResult(S(8, 4), {}, {}, problem="gpt2m Data: batch 32 is not divisible by ...")
+    fine = result(S(2, 2), set(), {p: claims.HOLDS for p in infer.REST_ON})
+    doc = infer.summary([broken, fine])
+    assert [row["setup"] for row in doc["setups"]] == ["b2 m2 fp32", "b8 m4 fp32"]
+    assert doc["setups"][1]["problem"].startswith("gpt2m Data")
+    assert doc["c4"]["C4.least"]["setups"] == 1
+
+
+def test_infer_command_gives_one_json_document():
+    proc = subprocess.run([sys.executable, "-m", "harness", "memory", "--infer", "--slice", "UTAH-GPN",
+                           "--batches", "2", "--micro", "2", "--precisions", "float32", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [row["setup"] for row in sorted(doc["setups"], key=lambda r: r["setup"])] == ["b2 m2 fp32",
+                                                                                        "b2 m2 fp32 remat"]
+    assert set(doc["c4"]) == set(infer.REST_ON) and doc["slices"] == ["UTAH-GPN"]
+    for row in doc["setups"]:
+        assert row["problem"] is None and 0 < row["matched"] <= row["of"] == doc["observations_counted"]
+        assert set(row["verdicts"]) <= set(infer.REST_ON)
+
+
+def test_infer_bad_lists_are_one_line_errors():
+    proc = subprocess.run([sys.executable, "-m", "harness", "memory", "--infer", "--batches", "2,x"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--batches must be a comma-separated list of positive integers" in proc.stderr.strip().splitlines()[-1]
