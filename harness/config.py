@@ -109,13 +109,14 @@ class Setup:
     The memory analysis (memory.py) and the cost model (costmodel.py) both read it. The defaults
     are the memory claims' setup: 4 sequences per GPU, the largest power of two at which gpt2m with
     Data fits the T4s of UTAH-GPN and TACC-TACC as the paper ran it (8, Alpa's example, does not:
-    22 GB); 4 microbatches and float32, Alpa's example defaults; Pipeshard recomputing its stages
-    (GPipe's remat: our single SPMD program would otherwise keep the residuals of its bubble ticks,
-    which Alpa's per-stage programs do not); Shard planned as Alpa's ShardParallel plans."""
+    22 GB); 4 microbatches and float32, Alpa's example defaults; Pipeshard as Alpa's
+    PipeshardParallel runs by default: the 1F1B schedule, no rematerialisation; Shard planned as
+    Alpa's ShardParallel plans. `python -m harness memory --infer` shows which setups reproduce
+    the paper's observed runs (infer.py)."""
     batch_per_gpu: int = 4
     micro_batches: int = 4
     precision: str = "float32"
-    remat: bool = True  # Pipeshard recomputes stage activations in the backward pass
+    remat: bool = False  # Pipeshard recomputes stage activations in the backward pass
     alpa_shard: bool = True  # Shard plans as Alpa's: uniform mesh, no memory budget
     pipeline_schedule: str = "1f1b"  # Pipeshard's, for memory: Alpa's default; or "gpipe"
     seq_len: int | None = None  # default: the model's n_positions

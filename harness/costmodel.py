@@ -5,8 +5,8 @@ A step is the sum of separate terms, each shown in the output:
   the pace of the slowest GPU that takes part (data-parallel ranks wait for each other; a pipeline
   goes at the pace of its slowest stage);
 - collectives: ring all-reduce, reduce-scatter and all-gather, priced over the links they cross.
-  Data all-reduces the gradients once per step (XLA combines them into one collective); ZeRO2
-  reduce-scatters and all-gathers each parameter tensor (one pair per tensor); Shard, planned as
+  Data all-reduces the gradients and ZeRO2 reduce-scatters them and all-gathers the parameters,
+  in buckets of 30 MiB sent back to back (XLA's GPU combiners; techniques/buckets.py); Shard, planned as
   Alpa plans it (the mesh seen as uniform, shard_parallel.choose), all-reduces activations four
   times per layer and microbatch on its tensor axis and gradients per layer and microbatch on its
   data axis (GSPMD puts them inside the layer and microbatch loops); Pipeshard all-reduces its
@@ -32,6 +32,7 @@ from harness.config import GPTConfig, Setup, Technique
 from harness.errors import BadInput
 from harness.netmodel import DEFAULT_LINK_GBPS, Links, Network
 from harness.techniques import mesh_shape
+from harness.techniques import buckets
 from harness.techniques.common import ClusterShape
 
 # Fraction of a GPU's peak a GPT-2 training step sustains. Megatron-LM reports 44-52% of A100
@@ -123,22 +124,33 @@ def _no_terms() -> dict:
     return {"compute": 0.0, "collectives": 0.0, "pipeline_bubble": 0.0, "pipeline_transfers": 0.0}
 
 
+def gradient_buckets(cfg: GPTConfig, net: Network, threshold: int) -> list[float]:
+    """Bytes of each collective that carries a step's float32 gradients: Alpa's tensors in buckets
+    as GPUs combine them (techniques/buckets.py), or, on a per-tensor runtime, each tensor of this
+    suite's scanned model alone."""
+    if net.per_tensor:
+        return [4 * n for n in flops.tensor_sizes(cfg, scanned=True)]
+    sizes = [4 * n for n in flops.tensor_sizes(cfg)]
+    return [sum(sizes[i] for i in group) for group in buckets.plan(sizes, threshold)]
+
+
 def _data(s: Step) -> tuple[dict, float, list]:
-    """One all-reduce of all gradients per step (XLA combines them); every GPU holds everything."""
+    """An all-reduce per bucket of gradients, back to back; every GPU holds everything."""
+    grads = gradient_buckets(s.cfg, s.net, buckets.ALL_REDUCE_COMBINE_BYTES)
     terms = {**_no_terms(), "compute": s.total_flops / s.gpus / s.slowest,
-             "collectives": s.net.ring_s(s.grad_bytes, s.hosts, s.d, s.rtt, phases=2)}
+             "collectives": s.net.buckets_s(grads, s.hosts, s.d, s.rtt, phases=2)}
     state = 16 * s.params  # parameters, gradients, Adam's two moments, float32
-    return terms, state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1), []
+    return terms, state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1), [f"{len(grads)} buckets"]
 
 
 def _zero2(s: Step) -> tuple[dict, float, list]:
-    """A reduce-scatter and an all-gather per parameter tensor; gradients and moments split."""
-    tensors = 12 + 4  # the scanned model's parameter leaves: 12 stacked block tensors, wte, wpe, ln_f
+    """A reduce-scatter and an all-gather per bucket of gradients; gradients and moments split."""
+    grads = gradient_buckets(s.cfg, s.net, buckets.REDUCE_SCATTER_COMBINE_BYTES)
     terms = {**_no_terms(), "compute": s.total_flops / s.gpus / s.slowest,
-             "collectives": 2 * tensors * s.net.ring_s(s.grad_bytes / tensors, s.hosts, s.d, s.rtt, phases=1)}
+             "collectives": 2 * s.net.buckets_s(grads, s.hosts, s.d, s.rtt, phases=1)}
     # the whole model; its gradient and moments split (+ the full gradients before the scatter)
     state = 4 * s.params + 12 * s.params / s.gpus + 4 * s.params
-    return terms, state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1), []
+    return terms, state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1), [f"{len(grads)} buckets"]
 
 
 def _shard(s: Step) -> tuple[dict, float, list]:

@@ -5,7 +5,8 @@ themselves, each from one named trial that is then left out of the comparison:
 - a device's sustained FLOP/s: from Data on one VM alone (no link involved), on the first slice;
 - the link's effective TCP window: from Data on all VMs of the two-site slice of lowest RTT (the
   window that makes the model's Data step equal the measured one).
-- the fixed cost of one collective: from ZeRO2 (32 collectives a step) on all VMs at the lowest RTT.
+- the fixed cost of one collective: from ZeRO2 (a reduce-scatter and an all-gather per bucket, and the
+  scalars) on all VMs at the lowest RTT.
 Everything else is predicted: the other techniques, the one-VM runs, the other RTTs. The delay
 link's own rate is measured by the run (one TCP flow at no added delay, in each all-VM record's
 network section) and its MTU is network.MTU; gloo, JAX's CPU collectives, runs one ring rank per
@@ -77,7 +78,7 @@ def _solve(f, target: float, lo: float, hi: float) -> float:
 
 def calibrate(recs: list[dict]) -> tuple[Network, float, list[str]]:
     """(network, FLOP/s per device, the trials used) from the records of an emulated run: the
-    device rate from Data on one VM; the cost of one collective from ZeRO2 (32 collectives) on
+    device rate from Data on one VM; the cost of one collective from ZeRO2 (a reduce-scatter and an all-gather per bucket) on
     all VMs at the lowest RTT; the window from Data on all VMs at the lowest two-site RTT."""
     ok = [r for r in recs if r["status"] == "ok" and r["timing"]["median_step_s"] and r["cluster"]["slice"]]
     rtt = lambda r: r["cluster"]["network"]["rtt_ms"] or 0.0
@@ -89,7 +90,8 @@ def calibrate(recs: list[dict]) -> tuple[Network, float, list[str]]:
     if not any(rates):
         raise ValueError("the records carry no measured link rate (network.link_bytes_per_s): not an emulated run")
     net = Network(link_bytes_per_s=max(filter(None, rates)), ring_over_devices=False,
-                  initial_window_bytes=10 * (MTU - TCP_HEADERS), flows_per_peer=GLOO_FLOWS_PER_PEER)
+                  initial_window_bytes=10 * (MTU - TCP_HEADERS), flows_per_peer=GLOO_FLOWS_PER_PEER,
+                  per_tensor=True)
     used = [single]
     zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)
     if zero2:

@@ -55,7 +55,9 @@ def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: 
     if name == "Pipeshard":
         return (technique(name, micro_batches=a.micro_batches, remat=a.remat),
                 mesh_shape(name, shape.hosts, shape.devices_per_host))
-    return technique(name, micro_batches=a.micro_batches), shape
+    # The GPU's memory: XLA's GPU combiner hands NCCL the gradients as they are, without the
+    # concatenated copies that combining by hand adds (techniques/buckets.py).
+    return technique(name, micro_batches=a.micro_batches, combine=False), shape
 
 
 def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup) -> dict:

@@ -72,6 +72,9 @@ class Network:
     ring_over_devices: bool = True  # NCCL: every GPU is a rank; gloo (JAX on CPU): one rank per VM
     per_collective_s: float = NCCL_LAUNCH_S  # fixed cost of one collective between VMs
     flows_per_peer: int = NCCL_FLOWS_PER_PEER  # TCP connections between two ranks, each with its window
+    # Gradients cross in 30 MiB buckets (XLA's GPU combiners, NCCL); per_tensor: one collective per
+    # tensor instead, as XLA's CPU runtime runs them (techniques/buckets.py).
+    per_tensor: bool = False
 
     @property
     def peer_window_bytes(self) -> float:
@@ -121,6 +124,18 @@ class Network:
         steps = phases * (ranks - 1)
         cross = self.send_s(per_edge, rtt_s) + (steps - 1) * rtt_s / 2
         return self.per_collective_s + cross + (0.0 if self.ring_over_devices else local)
+
+    def buckets_s(self, buckets: list[float], hosts: int, devices: int, rtt_s: float, phases: int) -> float:
+        """Ring collectives of these sizes back to back (combined gradient buckets): the bytes
+        stream as one transfer, the connection staying warm between them, and each further
+        bucket adds its own ring's chain of steps, one one-way latency each, and its fixed cost."""
+        if not buckets:
+            return 0.0
+        total = self.ring_s(sum(buckets), hosts, devices, rtt_s, phases)
+        if hosts == 1:
+            return total + (len(buckets) - 1) * phases * (devices - 1) * self.ici_latency_s
+        ranks = hosts * devices if self.ring_over_devices else hosts
+        return total + (len(buckets) - 1) * (self.per_collective_s + phases * (ranks - 1) * rtt_s / 2)
 
     def links(self, rtt_ms: float) -> Links:
         """The planners' summary: one TCP connection carries at most window / RTT between VMs."""

@@ -13,7 +13,7 @@ from harness.config import model_config
 from harness.errors import BadInput
 from harness.flops import param_count
 from harness.netmodel import Links
-from harness.techniques import TECHNIQUES, ClusterShape, technique
+from harness.techniques import TECHNIQUES, ClusterShape, buckets, technique
 from harness.techniques.pipeshard import balance
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, SHAPES, TRAIN, UNTIED
@@ -29,6 +29,12 @@ def run_in_process(name, cfg, shape, packed, **options):
 def test_one_process_matches_single_device(name, shape, packed, reference):
     losses = run_in_process(name, MODEL, shape, packed)
     np.testing.assert_allclose(losses, reference[MODEL.name + "True"], rtol=RTOL)
+
+
+@pytest.mark.parametrize("name", ["Data", "ZeRO2"])
+def test_combined_buckets_match_single_device(name, packed, reference):
+    np.testing.assert_allclose(run_in_process(name, MODEL, (2, 2), packed, combine=True),
+                               reference[MODEL.name + "True"], rtol=RTOL)
 
 
 @pytest.mark.parametrize("shape", [(2, 2), (4, 1)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -71,6 +77,29 @@ def test_zero2_reduce_scatters_gradients_and_all_gathers_parameters():
     assert scattered >= param_count(MODEL) and gathered >= param_count(MODEL)
     # What is still all-reduced is the loss and the gradient norm: scalars, not gradients.
     assert all(c.elements <= 2 for c in crossing if c.op == "all-reduce")
+
+
+def test_gradients_cross_vms_in_buckets_as_gpus_combine_them():
+    """Combined, the techniques concatenate each bucket (XLA's CPU runtime would run a combined
+    collective tensor by tensor): the scale model's gradients, under 30 MiB, are one all-reduce for
+    Data and one reduce-scatter and one all-gather for ZeRO2; uncombined, one per tensor."""
+    leaves = len(jax.tree.leaves(model.abstract_init(MODEL)[1]))
+
+    def crossing(name, **options):
+        found, dph = collectives_of(name, **options)
+        return [c.op for c in found if c.crosses_hosts(dph) and c.elements > 2]  # not the loss and norm
+
+    assert crossing("Data", combine=True) == ["all-reduce"]
+    assert sorted(crossing("ZeRO2", combine=True)) == ["all-gather", "reduce-scatter"]
+    assert crossing("Data").count("all-reduce") in (1, leaves)  # XLA's own combiner may tuple them
+    assert sorted(crossing("ZeRO2")) == ["all-gather"] * leaves + ["reduce-scatter"] * leaves
+
+
+def test_buckets_are_consecutive_and_stay_under_the_threshold():
+    assert buckets.plan([10, 10, 10, 25, 5], 30) == [[0, 1, 2], [3, 4]]
+    assert buckets.plan([50, 1, 1], 30) == [[0], [1, 2]]  # a tensor over the threshold travels alone
+    assert buckets.plan([], 30) == []
+    assert buckets.ALL_REDUCE_COMBINE_BYTES == 30 * 2**20
 
 
 def test_shard_runs_collectives_inside_the_layers_on_the_tensor_axis():

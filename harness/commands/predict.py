@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="microbatches per step (default: %(default)s)")
     p.add_argument("--precision", default=Setup.precision, choices=sorted(costmodel.BYTES),
                    help="compute precision (default: %(default)s)")
-    p.add_argument("--no-remat", action="store_true", help="Pipeshard keeps its activations instead of recomputing them")
+    p.add_argument("--remat", action="store_true",
+                   help="Pipeshard recomputes its stages' activations in the backward pass (default: off, as Alpa's)")
     p.add_argument("--epochs", type=int, default=20, help="epochs to time (default: %(default)s)")
     p.add_argument("--tokens", type=float, default=None, metavar="N",
                    help="tokens in one epoch of the dataset (default: the embedded corpus, counted as "
@@ -52,7 +53,7 @@ def run(args) -> tuple[int, dict]:
     net = costmodel.network_for(sl)
     if link:
         sl, net = sl.with_rtt(link.rtt_ms), net.calibrated(link.rtt_ms, link.flow_bytes_per_s)
-    setup = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=not args.no_remat)
+    setup = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat)
     predictions, cannot = costmodel.predict_slice(
         sl, cfg, setup, net=net, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
         epochs=args.epochs, dataset_tokens=tokens)

@@ -3,7 +3,9 @@
 Every device holds the whole model and optimizer state and takes 1/N of the batch. After the
 backward pass the gradients are all-reduced over all N devices, so every device applies the
 same update. The all-reduce moves the full gradient (4 bytes per parameter) across the VMs once
-per step: this is what a slow network between VMs makes expensive.
+per step: this is what a slow network between VMs makes expensive. With combine, the gradients
+travel in buckets of up to 30 MiB, one all-reduce each, as XLA's GPU combiner and NCCL send them
+(buckets.py).
 """
 import jax
 import optax
@@ -11,14 +13,17 @@ from jax.sharding import PartitionSpec as P
 
 from harness import model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
+from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
 
 
 class DataParallel:
     name = Technique.DATA
 
-    def __init__(self, micro_batches: int = 1):
-        self.micro_batches = micro_batches
+    def __init__(self, micro_batches: int = 1, combine: bool = False):
+        """combine: concatenate each 30 MiB bucket into one buffer before the all-reduce, as GPUs
+        send gradients; off, XLA decides (its CPU runtime then sends them tensor by tensor)."""
+        self.micro_batches, self.combine = micro_batches, combine
 
     def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
         check_divisible("batch", batch, shape.n_devices * self.micro_batches, "devices x microbatches")
@@ -30,6 +35,7 @@ class DataParallel:
         n = shape.n_devices
         graphdef, abstract = model.abstract_init(model_cfg)
         optimizer = optim.make(cfg, total_steps, abstract)
+        combine = self.combine
 
         def device_step(params, opt_state, inputs, targets):
             # Gradients of this device's slice of the batch, kept per device ("varying") so that
@@ -37,7 +43,9 @@ class DataParallel:
             local = jax.lax.pcast(params, ALL, to="varying")
             grad_fn = jax.value_and_grad(lambda p, x, y: model.loss_fn(graphdef, p, x, y))
             loss, grads = accumulate(grad_fn, local, inputs, targets, self.micro_batches)
-            grads = jax.tree.map(lambda g: jax.lax.psum(g, ALL) / n, grads)  # the all-reduce
+            # the all-reduce
+            summed = buckets.psum(grads, ALL) if combine else jax.tree.map(lambda g: jax.lax.psum(g, ALL), grads)
+            grads = jax.tree.map(lambda g: g / n, summed)
             loss = jax.lax.psum(loss, ALL) / n
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss
@@ -54,5 +62,6 @@ class DataParallel:
             details={"parameters": "replicated on every device",
                      "optimizer state": "replicated on every device",
                      "batch": f"split over all {n} devices",
-                     "gradient sync": f"all-reduce over all {n} devices (crosses VMs)"},
+                     "gradient sync": f"all-reduce over all {n} devices (crosses VMs)"
+                                      + (", in buckets of up to 30 MiB" if combine else "")},
         )

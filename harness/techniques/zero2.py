@@ -6,7 +6,10 @@ viewed as a flat vector cut into N equal chunks (padded at the end); device i ow
 2. device i keeps Adam's moments for chunk i alone (1/N of Data's optimizer state) and updates
    chunk i of the parameters;
 3. the updated chunks are all-gathered, so every device again holds the whole model.
-Reduce-scatter plus all-gather move as many bytes as one all-reduce, in two collectives.
+Reduce-scatter plus all-gather move as many bytes as one all-reduce, in two collectives. With
+combine, both travel in buckets of up to 30 MiB, as XLA's GPU combiners send them (buckets.py): a
+bucket's tensors, each viewed as [N, chunk], side by side, so that device i still receives chunk i
+of each.
 """
 import math
 
@@ -17,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 from harness import model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
+from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
 
 
@@ -29,8 +33,9 @@ def chunked(x, n: int):
 class Zero2Parallel:
     name = Technique.ZERO2
 
-    def __init__(self, micro_batches: int = 1):
-        self.micro_batches = micro_batches
+    def __init__(self, micro_batches: int = 1, combine: bool = False):
+        """combine: as DataParallel's."""
+        self.micro_batches, self.combine = micro_batches, combine
 
     def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
         check_divisible("batch", batch, shape.n_devices * self.micro_batches, "devices x microbatches")
@@ -41,6 +46,21 @@ class Zero2Parallel:
         mesh = make_mesh(shape, devices)
         n = shape.n_devices
         graphdef, abstract = model.abstract_init(model_cfg)
+        combine = self.combine
+
+        def reduce_scatter(grads):
+            if not combine:
+                return jax.tree.map(lambda g: jax.lax.psum_scatter(chunked(g, n), ALL, scatter_dimension=0,
+                                                                   tiled=True), grads)
+            leaves, treedef = jax.tree.flatten(grads)
+            return jax.tree.unflatten(treedef, buckets.psum_scatter_rows(
+                [chunked(g, n).reshape(n, -1) for g in leaves], ALL))
+
+        def all_gather(chunks):
+            if not combine:
+                return jax.tree.map(lambda c: jax.lax.all_gather(c, ALL, tiled=True, to="invarying"), chunks)
+            leaves, treedef = jax.tree.flatten(chunks)
+            return jax.tree.unflatten(treedef, [x.reshape(-1) for x in buckets.all_gather_rows(leaves, ALL, n)])
 
         def global_norm(grad_chunks):
             # Each device holds different chunks: the squared norm is summed over all of them.
@@ -56,8 +76,7 @@ class Zero2Parallel:
             loss, grads = accumulate(grad_fn, local, inputs, targets, self.micro_batches)
             loss = jax.lax.psum(loss, ALL) / n
             # 1. reduce-scatter: this device receives the sum of its chunk of every gradient.
-            grad_chunks = jax.tree.map(
-                lambda g: jax.lax.psum_scatter(chunked(g, n), ALL, scatter_dimension=0, tiled=True) / n, grads)
+            grad_chunks = jax.tree.map(lambda c: c / n, reduce_scatter(grads))
             # 2. update this device's chunk with this device's part of the optimizer state.
             me = jax.lax.axis_index(ALL)
             param_chunks = jax.tree.map(lambda p, g: jax.lax.dynamic_slice_in_dim(chunked(p, n), me * g.size, g.size),
@@ -65,9 +84,8 @@ class Zero2Parallel:
             updates, opt_chunks = optimizer.update(grad_chunks, opt_chunks, param_chunks)
             new_chunks = optax.apply_updates(param_chunks, updates)
             # 3. all-gather: every device gets the whole updated model back.
-            params = jax.tree.map(
-                lambda c, p, size: jax.lax.all_gather(c, ALL, tiled=True, to="invarying")[:size].reshape(p.shape),
-                new_chunks, params, sizes)
+            params = jax.tree.map(lambda full, p, size: full[:size].reshape(p.shape), all_gather(new_chunks),
+                                  params, sizes)
             return params, opt_chunks, loss
 
         def opt_init(params):
@@ -87,5 +105,6 @@ class Zero2Parallel:
             details={"parameters": "replicated on every device",
                      "optimizer state": f"partitioned: each device keeps 1/{n} of Adam's moments",
                      "batch": f"split over all {n} devices",
-                     "gradient sync": f"reduce-scatter, then all-gather of updated parameters, over all {n} devices"},
+                     "gradient sync": f"reduce-scatter, then all-gather of updated parameters, over all {n} devices"
+                                      + (", in buckets of up to 30 MiB" if combine else "")},
         )
