@@ -159,3 +159,31 @@ def summary(results: list[SetupResult]) -> dict:
             "c4": judge_parts(results)}
 
 
+
+
+def markdown(doc: dict) -> str:
+    """The summary of an inference (summary() and the run's slices and source) as Markdown."""
+    lines = [f"# The paper's unstated setup, inferred from its {doc['observations_counted']} observed runs", "",
+             f"Bytes from {doc['source']}; slices {', '.join(doc['slices'])}; b = sequences per GPU, m = microbatches.",
+             "", "| setup | observations reproduced | C4's parts at this setup |", "|---|---|---|"]
+    for row in doc["setups"]:
+        if row["problem"]:
+            lines.append(f"| {row['setup']} | - | cannot run: {row['problem']} |")
+            continue
+        parts = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in row["verdicts"].items())
+        lines.append(f"| {row['setup']} | {row['matched']} of {row['of']} | {parts} |")
+    lines += ["", "Not counted, the paper's own runs disagree on the same hardware:"]
+    lines += [f"- {c['hardware']}: {'; '.join(c['runs'])}" for c in doc["conflicts_not_counted"]]
+    best = next((row for row in doc["setups"] if not row["problem"]), None)
+    if best:
+        lines += ["", f"The setup that reproduces most ({best['setup']}) misses: "
+                  + ("; ".join(best["missed"]) or "nothing")]
+    lines += ["", "## C4, judged apart from the choice of setup", ""]
+    for part, j in doc["c4"].items():
+        lines.append(f"- **{part}**: {j['case']}. Holds at {len(j['holds_at'])} of {j['setups']} setups; the "
+                     f"other observations ({j['others_matched']} of {j['others_total']} reproduced) point to "
+                     f"{', '.join(j['chosen_from_others']) or 'none'}"
+                     + (f"; its own {len(j['own_observations'])} observations reproduced there: "
+                        + ", ".join(f"{k} {v}" for k, v in j["own_matched_at_chosen"].items())
+                        if j["own_observations"] else "") + ".")
+    return "\n".join(lines)

@@ -91,3 +91,14 @@ def test_infer_bad_lists_are_one_line_errors():
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert "--batches must be a comma-separated list of positive integers" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_the_report_names_every_setup_part_and_conflict():
+    holds = {p: claims.HOLDS for p in infer.REST_ON}
+    doc = {"source": "test", "slices": ["UTAH-GPN"],
+           **infer.summary([result(S(2, 2), set(), holds), result(S(4, 2), set(OTHERS[:2]), holds)])}
+    text = infer.markdown(doc)
+    assert "| b2 m2 fp32 | " in text and "| b4 m2 fp32 | " in text
+    assert all(f"**{part}**" in text for part in infer.REST_ON)
+    assert all(c["hardware"] in text for c in doc["conflicts_not_counted"])
+    assert "misses: nothing" in text  # b2 m2 reproduces every counted observation

@@ -17,8 +17,9 @@ PAPER_MODELS = ("gpt2m", "gpt2l", "gpt2L")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="gpt2m", metavar="NAME",
                    help=f"{', '.join(PAPER_MODELS)}, any model config, or 'all' for the paper's three (default: gpt2m)")
-    p.add_argument("--slice", default="all", metavar="NAME|FILE",
-                   help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}), a slice file, or 'all' (default)")
+    p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
+                   help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file, repeatable; "
+                        "default: all of Table I")
     p.add_argument("--gpus", default="both", choices=["2", "4", "both"],
                    help="4: all GPUs of both VMs; 2: one VM at a time; both (default)")
     # The command's defaults are Alpa's example (8 sequences per GPU, activations kept, Shard
@@ -62,7 +63,7 @@ def _ints(option: str, text: str) -> tuple[int, ...]:
 
 def run(args) -> tuple[int, dict]:
     models = [model_config(m) for m in (PAPER_MODELS if args.model == "all" or args.infer else [args.model])]
-    chosen = slices.table_i() if args.slice == "all" else [slices.load(args.slice)]
+    chosen = slices.table_i() if not args.slice or args.slice == ["all"] else [slices.load(s) for s in args.slice]
     assumptions = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat, alpa_shard=False,
                         pipeline_schedule=args.pipeline_schedule)
     for name, value in (("--batch-per-gpu", args.batch_per_gpu), ("--micro-batches", args.micro_batches)):
@@ -116,35 +117,8 @@ def _infer(setups, models, chosen, args) -> tuple[int, dict]:
             records.append(args.out, r)
     doc = {"source": SOURCE, "slices": [sl.name for sl in chosen], **infer.summary(results)}
     if not args.json:
-        print_inference(doc)
+        print(infer.markdown(doc))
     return 0, doc
-
-
-def print_inference(doc: dict) -> None:
-    print(f"The paper's unstated setup, inferred from its {doc['observations_counted']} observed runs "
-          f"(bytes from {doc['source']}; slices {', '.join(doc['slices'])})")
-    print(f"{'setup':18} {'reproduced':>10}  C4 parts at this setup")
-    for row in doc["setups"]:
-        if row["problem"]:
-            print(f"{row['setup']:18} {'-':>10}  cannot run: {row['problem']}")
-            continue
-        parts = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in row["verdicts"].items())
-        print(f"{row['setup']:18} {row['matched']:>4} of {row['of']:<3}  {parts}")
-    print("\nNot counted, the paper's own runs disagree on the same hardware:")
-    for c in doc["conflicts_not_counted"]:
-        print(f"  {c['hardware']}: {'; '.join(c['runs'])}")
-    best = doc["setups"][0] if doc["setups"] else None
-    if best and not best["problem"]:
-        print(f"\nBest setup {best['setup']} misses: " + ("; ".join(best["missed"]) or "nothing"))
-    print("\nC4, judged apart from the choice of setup:")
-    for part, j in doc["c4"].items():
-        print(f"  {part}: {j['case']}")
-        print(f"    holds at {len(j['holds_at'])} of {j['setups']} setups; setups chosen from the other "
-              f"observations ({j['others_matched']} of {j['others_total']} reproduced): "
-              f"{', '.join(j['chosen_from_others']) or 'none'}")
-        if j["own_observations"]:
-            print(f"    its own {len(j['own_observations'])} observations reproduced there: "
-                  + ", ".join(f"{k} {v}" for k, v in j["own_matched_at_chosen"].items()))
 
 
 def print_table(out: list[dict], assumptions: Setup) -> None:

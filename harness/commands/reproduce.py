@@ -40,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parent of the run folder (default: reports/ of the current directory)")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="baseline run folder to compare with (default: the shipped baseline of the mode, when there is one)")
+    p.add_argument("--infer", action="store_true",
+                   help="after the claims, infer the paper's unstated setup from its observed runs and judge C4 apart "
+                        "from that choice (`python -m harness memory --infer` on the run's slices; about 40 minutes "
+                        "for five slices): inference.md and inference.json in the report")
     p.add_argument("--threshold", type=float, default=compare.THRESHOLD,
                    help="slowdown of a trial's median step time that counts as a regression (default: %(default)s = +50%%)")
 
@@ -72,6 +76,9 @@ def run(args) -> tuple[int, dict]:
     wall = time.perf_counter() - start
     result = {"run_id": run_id, "mode": mode, "report_dir": str(out), "pytest_exit_status": status,
               "wall_s": round(wall, 1), "files": sorted(p.name for p in out.iterdir())}
+    if args.infer and status != INTERRUPTED:
+        status = max(status, _infer(settings["slices"], out))
+        result["files"] = sorted(p.name for p in out.iterdir())
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
     baseline = Path(args.baseline) if args.baseline else resources.path("baselines", mode)
@@ -85,7 +92,29 @@ def run(args) -> tuple[int, dict]:
 INTERRUPTED = 130
 
 
+def _infer(which: str, out: Path) -> int:
+    """`memory --infer` on each slice of the run (all Table I slices for 'all'), into the report."""
+    from harness import infer
+
+    names = {"all": slices.TABLE_I_ORDER, "quick": ("TACC-TACC", "UTAH-GPN")}.get(which, which.split(","))
+    argv = [sys.executable, "-m", "harness", "memory", "--infer", "--json"]
+    for name in names:
+        argv += ["--slice", name]
+    print(f"reproduce: inferring the paper's setup on {', '.join(names)} ...", file=sys.stderr, flush=True)
+    path = out / "inference.json"
+    with path.open("w") as f:
+        status = _child(argv, stdout=f)
+    if status != 0:
+        return status
+    (out / "inference.md").write_text(infer.markdown(json.loads(path.read_text())) + "\n")
+    return 0
+
+
 def _pytest(argv: list[str]) -> int:
+    return _child(argv, stdout=sys.stderr)
+
+
+def _child(argv: list[str], stdout) -> int:
     """pytest in a child process with its output on our stderr. Ctrl-C (or SIGTERM) is passed on,
     so that its fixtures record the interrupted trial, write the report and tear the emulated
     slice down; we wait for that and return 130."""
@@ -93,7 +122,7 @@ def _pytest(argv: list[str]) -> int:
     # give it SIGINT back, or the Ctrl-C we pass on (after a SIGTERM to us) could not stop it.
     # Four CPU devices in the test process: the memory claims compile for up to 4 GPUs at once.
     env = {**os.environ, "JAX_NUM_CPU_DEVICES": "4"}
-    proc = subprocess.Popen(argv, stdout=sys.stderr, env=env, start_new_session=True,
+    proc = subprocess.Popen(argv, stdout=stdout, env=env, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         return proc.wait()
