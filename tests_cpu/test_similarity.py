@@ -1,0 +1,44 @@
+"""Similarity scaling (harness.similarity): the groups that decide the orderings, and the link
+that gives the scale model the paper's."""
+import pytest
+
+from harness import costmodel, similarity, slices
+from harness.config import Setup, model_config
+from harness.netmodel import Network
+
+GPT2M, SMALL = model_config("gpt2m"), model_config("scale-small")
+BUDGET = Setup(batch_per_gpu=2, micro_batches=2, seq_len=128)
+# The emulated link as the CPU trials see it (costmodel.md of a quick run): gloo, one ring rank per VM.
+CPU_NET = Network(link_bytes_per_s=1e9, window_bytes=210e3, initial_window_bytes=10 * 8948, ring_over_devices=False,
+                  flows_per_peer=1, per_collective_s=0.011)
+CPU_DEVICES = costmodel.Devices((21.5e9, 21.5e9), (1e12, 1e12), 2)
+
+
+def test_the_groups_split_a_steps_communication_by_what_grows_with_rtt():
+    sl = slices.load("UTAH-GPN")
+    vms = tuple(vm.name for vm in sl.vms)
+    for t in ("Data", "ZeRO2", "Shard", "Pipeshard"):
+        g = similarity.groups(t, sl, GPT2M, Setup())
+        p = costmodel.predict(t, sl, vms, GPT2M, Setup())
+        comm = p.terms["collectives"] + p.terms["pipeline_transfers"]
+        assert g["latency"] + g["bandwidth"] == pytest.approx(comm / p.terms["compute"])
+        assert g["latency"] > 0 and (g["bubble"] > 0) == (t == "Pipeshard")
+    assert similarity.groups("Data", sl.with_rtt(0.0), GPT2M, Setup())["latency"] == 0
+
+
+def test_the_paper_model_scaled_onto_itself_keeps_its_link():
+    sl = slices.load("UTAH-GPN")
+    vms = tuple(vm.name for vm in sl.vms)
+    same = similarity.scale(sl, GPT2M, Setup(), GPT2M, Setup(), costmodel.network_for(sl),
+                            costmodel.Devices.of(sl, vms, "float32"), rate=(1e8, 1e10))
+    assert same.rtt_ms == pytest.approx(sl.rtt_ms, rel=0.02)
+    assert same.link_bytes_per_s == pytest.approx(costmodel.network_for(sl).link_bytes_per_s, rel=0.05)
+    assert same.worst_ratio("latency") == pytest.approx(1, abs=0.02)
+
+
+def test_the_scale_model_needs_longer_rtts_further_apart_as_the_paper_s_slices_are():
+    scaled = [similarity.scale(sl, GPT2M, Setup(), SMALL, BUDGET, CPU_NET, CPU_DEVICES) for sl in slices.table_i()[1:]]
+    assert [s.paper_rtt_ms for s in scaled] == sorted(s.paper_rtt_ms for s in scaled)
+    assert [s.rtt_ms for s in scaled] == sorted(s.rtt_ms for s in scaled)
+    for s in scaled:
+        assert 1 <= s.worst_ratio("latency") < 10 and set(s.to_dict()["worst_ratio"]) == {"latency", "bandwidth"}
