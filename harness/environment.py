@@ -27,12 +27,16 @@ def describe() -> dict:
     }
 
 
-def peak_tflops(dtype: str) -> float | None:
-    """The device's peak for MFU, when it is a GPU the suite knows; None on CPU."""
+def peak(dtype: str) -> tuple[float | None, str | None]:
+    """(the device's peak TFLOP/s for MFU, the arithmetic it is the peak of: float32, tf32,
+    bfloat16, float16), when it is a GPU the suite knows; (None, None) on CPU. Full-precision float32
+    is what jax_default_matmul_precision = "highest" asks for."""
     import jax
 
     from harness import hardware
 
     device = jax.devices()[0]
     accelerator = hardware.identify(device.device_kind) if device.platform == "gpu" else None
-    return accelerator.peak_tflops(dtype) if accelerator else None
+    if accelerator is None:
+        return None, None
+    return accelerator.peak_for(dtype, full_fp32=jax.config.jax_default_matmul_precision in ("highest", "float32"))

@@ -1,9 +1,11 @@
 """Accelerators the suite knows: memory and peak dense throughput, from the vendors' data sheets.
 
-Peaks are per device, without sparsity. "fp32" is plain FP32 (CUDA cores); "tensor" is the
-16-bit tensor-core peak (FP16 on Turing, BF16/FP16 on Ampere and Hopper). MFU divides achieved
-FLOP/s by the peak of the precision the run used; a CPU has no entry, so its MFU is left unset
-unless the user gives a peak.
+Peaks are per device, without sparsity. "fp32" is plain FP32 (CUDA cores); "tf32" is the
+tensor-core TF32 peak of Ampere and Hopper (Turing has none); "tensor" is the 16-bit tensor-core
+peak (FP16 on Turing, BF16/FP16 on Ampere and Hopper). MFU divides achieved FLOP/s by the peak of
+the arithmetic the run used (`Accelerator.peak_for`): XLA runs float32 matmuls as TF32 on GPUs
+that have it unless full precision is asked for (jax_default_matmul_precision = "highest"). A
+CPU has no entry, so its MFU is left unset unless the user gives a peak.
 
 Memory: a "16 GB" T4 or a "24 GB" RTX 6000 has 16 or 24 GiB (binary, as nvidia-smi counts MiB),
 not 16e9 or 24e9 bytes. A program cannot use all of it: the paper's stack (Alpa on Ray) lets
@@ -28,9 +30,19 @@ class Accelerator:
     peak_tflops_fp32: float
     peak_tflops_tensor: float
     source: str
+    peak_tflops_tf32: float | None = None  # dense TF32 tensor cores (Ampere, Hopper)
 
     def peak_tflops(self, dtype: str) -> float:
         return self.peak_tflops_fp32 if dtype == "float32" else self.peak_tflops_tensor
+
+    def peak_for(self, dtype: str, full_fp32: bool = False) -> tuple[float, str]:
+        """(peak TFLOP/s, the arithmetic it is the peak of) for a run in `dtype`: float32 matmuls
+        run as TF32 where the GPU has it, unless full_fp32 (jax_default_matmul_precision highest)."""
+        if dtype != "float32":
+            return self.peak_tflops_tensor, dtype
+        if self.peak_tflops_tf32 and not full_fp32:
+            return self.peak_tflops_tf32, "tf32"
+        return self.peak_tflops_fp32, "float32"
 
     @property
     def usable_bytes(self) -> int:
@@ -46,10 +58,10 @@ ACCELERATORS = {
     for a in [
         Accelerator("T4", 16 * GiB, 8.1, 65.0, "NVIDIA T4 datasheet"),
         Accelerator("RTX6000", 24 * GiB, 16.3, 130.5, "NVIDIA Quadro RTX 6000 datasheet"),
-        Accelerator("A30", 24 * GiB, 10.3, 165.0, "NVIDIA A30 datasheet"),
-        Accelerator("A100-40GB", 40 * GiB, 19.5, 312.0, "NVIDIA A100 datasheet"),
-        Accelerator("H100", 80 * GiB, 67.0, 989.0, "NVIDIA H100 SXM datasheet"),
-        Accelerator("H200", 141 * GB, 67.0, 989.0, "NVIDIA H200 datasheet (141 GB, decimal)"),
+        Accelerator("A30", 24 * GiB, 10.3, 165.0, "NVIDIA A30 datasheet", peak_tflops_tf32=82.0),
+        Accelerator("A100-40GB", 40 * GiB, 19.5, 312.0, "NVIDIA A100 datasheet", peak_tflops_tf32=156.0),
+        Accelerator("H100", 80 * GiB, 67.0, 989.0, "NVIDIA H100 SXM datasheet", peak_tflops_tf32=494.5),
+        Accelerator("H200", 141 * GB, 67.0, 989.0, "NVIDIA H200 datasheet (141 GB, decimal)", peak_tflops_tf32=494.5),
     ]
 }
 

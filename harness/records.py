@@ -106,7 +106,7 @@ def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str
     alpa = flops.alpa_step_flops(model_cfg, cfg.batch_size, seq_len)
     rule = flops.rule_step_flops(model_cfg, cfg.batch_size, seq_len)
     per_epoch = data.steps_per_epoch(cfg.batch_size) if data else None
-    peak = peak if peak is not None else environment.peak_tflops(model_cfg.dtype)
+    peak, arithmetic = (peak, "given") if peak is not None else environment.peak(model_cfg.dtype)
     return new_record(
         technique=where.technique,
         backend="jax",
@@ -134,6 +134,7 @@ def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str
         throughput={"tflops_alpa": flops.tflops(alpa, median, n_devices) if median else None,
                     "mfu": flops.tflops(rule, median, n_devices) / peak if median and peak else None,
                     "peak_tflops": peak,
+                    "peak_arithmetic": arithmetic,
                     "flops_per_step_alpa": alpa,
                     "flops_per_step_rule": rule},
         memory=memory or {"bytes_per_device": None, "source": None},

@@ -35,6 +35,25 @@ def test_train_json_prints_exactly_one_valid_record():
     assert "step 50/50" in proc.stderr
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "float32-full"])
+def test_train_precision_is_the_models_and_recorded(precision):
+    proc = harness("train", "--model", "scale-tiny", "--steps", "3", "--precision", precision, "--json")
+    assert proc.returncode == 0, proc.stderr
+    record = records.validate(json.loads(proc.stdout))
+    assert record["precision"] == precision.removesuffix("-full") and record["status"] == "ok"
+    assert record["throughput"]["peak_arithmetic"] is None  # a CPU: no peak, no MFU
+
+
+def test_mfu_divides_by_the_peak_of_the_arithmetic_that_ran():
+    from harness.hardware import accelerator
+
+    h100, t4 = accelerator("H100"), accelerator("T4")
+    assert h100.peak_for("float32") == (494.5, "tf32")  # XLA runs float32 matmuls as TF32 on Hopper
+    assert h100.peak_for("float32", full_fp32=True) == (67.0, "float32")
+    assert h100.peak_for("bfloat16") == (989.0, "bfloat16")
+    assert t4.peak_for("float32") == (8.1, "float32")  # Turing has no TF32
+
+
 @pytest.mark.parametrize("args, message", [
     (["--model", "gpt9"], "unknown model 'gpt9'; expected one of"),
     (["--corpus", "/no/such/corpus"], "corpus path /no/such/corpus does not exist"),

@@ -28,14 +28,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"dataset config, e.g. {data.PAPER_CONFIG} for the paper's corpus")
     p.add_argument("--tokenizer", default=None, metavar="DIR",
                    help="directory with GPT-2's vocab.json and merges.txt (default: a BPE trained on the corpus)")
+    p.add_argument("--precision", default="float32", choices=PRECISIONS,
+                   help="float32: XLA's default, float32 matmuls as TF32 on GPUs that have it (Ampere, Hopper); "
+                        "float32-full: full float32 matmuls, as the paper's T4 and RTX 6000 (no TF32) ran; "
+                        "bfloat16, float16: compute in 16 bits, parameters and optimizer state in float32 "
+                        "(default: %(default)s). MFU uses the peak of the arithmetic that ran, recorded as "
+                        "throughput.peak_arithmetic")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="device peak TFLOP/s for MFU (default: known GPUs only; unset on CPU)")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial record to this file")
 
 
+PRECISIONS = ("float32", "float32-full", "bfloat16", "float16")
+
+
 def run(args) -> tuple[int, dict]:
     # Everything a user can get wrong is checked here, before any tokenizing or compiling.
-    model_cfg = model_config(args.model)
+    model_cfg = dataclasses.replace(model_config(args.model), dtype=args.precision.removesuffix("-full"))
+    if args.precision == "float32-full":
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")
     cfg = TrainConfig(batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
                       learning_rate=args.lr, steps=args.steps, epochs=args.epochs)
     if cfg.steps is None and cfg.epochs is None:
@@ -78,5 +91,7 @@ def print_summary(r: dict) -> None:
                   f"step time     {t['median_step_s'] * 1e3:.1f} ms (median, first {t['excluded_warmup_steps']} excluded)",
                   f"epoch time    {t['epoch_time_s']:.1f} s (estimated)",
                   f"TFLOP/s       {th['tflops_alpa']:.4f} per device (Alpa's formula)",
-                  "MFU           " + (f"{th['mfu']:.2%} (6N+12LHS rule)" if th["mfu"] else "n/a (no known peak for this device)")]
+                  "MFU           " + (f"{th['mfu']:.2%} (6N+12LHS rule, over the {th.get('peak_arithmetic')} peak "
+                                       f"{th['peak_tflops']:g} TFLOP/s)" if th["mfu"]
+                                       else "n/a (no known peak for this device)")]
     print("\n".join(lines))
