@@ -37,7 +37,9 @@ def taskset(cores: set[int]) -> list[str]:
 class RayCluster:
     def __init__(self, net: EmulatedNetwork):
         self.net = net
-        self.ray = str(Path(sys.executable).with_name("ray"))
+        # Ray's CLI as a module of this interpreter: no console script need sit beside it (the lent
+        # GPU machine gets Ray on PYTHONPATH, tests_gpu/device_bundle.sh).
+        self.ray = [sys.executable, "-m", "ray.scripts.scripts"]
         self.temp = {vm: netns.scratch(name) for vm, name in net.netns.items()}  # removed with the namespace
         self.head = net.slice.vms[0].name
         self.address = f"{net.address[self.head]}:{PORT}"
@@ -61,7 +63,7 @@ class RayCluster:
     def _start(self, vm) -> None:
         role = (["--head", "--port", str(PORT), "--include-dashboard=false"] if vm.name == self.head
                 else ["--address", self.address])
-        argv = [self.ray, "start", *role, "--node-ip-address", self.net.address[vm.name],
+        argv = [*self.ray, "start", *role, "--node-ip-address", self.net.address[vm.name],
                 "--temp-dir", str(self.temp[vm.name]), "--disable-usage-stats",
                 "--num-cpus", str(vm.cores or 1), "--num-gpus", "0" if self.net.cpu_only else str(vm.gpus),
                 "--resources", json.dumps({vm.name: 1}), "--object-store-memory", str(OBJECT_STORE_BYTES)]

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# What the suite needs on a lent GPU machine that has Python 3.12, jax, flax and optax but no Ray,
+# datasets, jsonschema or iproute2, and that fetches nothing: build the bundle here, carry it there.
+#
+#   tests_gpu/device_bundle.sh build [DIR]     # here, with the package registries: DIR (default
+#                                              # .device-bundle, git-ignored) under 64 MiB
+#   tests_gpu/device_bundle.sh install [DIR]   # there, in the repository root: prints the exports
+#                                              # to eval (PYTHONPATH, PATH, LD_LIBRARY_PATH)
+#
+# e.g. run(carry=[".device-bundle"], command="eval $(tests_gpu/device_bundle.sh install) && pytest -m gpu")
+#
+# Ray's wheel (79 MB) is over what a call carries; unpacked without its Java jars and the
+# dashboard's source maps and packed with xz it is about 31 MB. Its own dependencies and datasets'
+# heavy ones (numpy, pandas, pyarrow, fsspec, huggingface-hub) are on the machine already; the
+# small ones that are not travel as wheels. iproute2 travels as Debian packages unpacked with dpkg -x.
+set -euo pipefail
+
+PY_VERSION=3.12
+PLATFORM=manylinux2014_x86_64
+RAY="ray==2.60.0"
+WHEELS=(datasets==5.2.0 dill multiprocess xxhash jsonschema jsonschema-specifications referencing rpds-py attrs)
+DEBS=(iproute2 libbpf1 libelf1 libmnl0 libxtables12 libcap2 libdb5.3 libtirpc3 libgssapi-krb5-2 libkrb5-3
+      libk5crypto3 libkrb5support0 libkeyutils1)
+LIMIT_BYTES=$((60 * 1024 * 1024))  # under the 64 MiB a call carries, with room for the repository
+
+build() {
+    local dir=$1
+    rm -rf "$dir" && mkdir -p "$dir/wheels" "$dir/debs" "$dir/tmp"
+    pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" --platform "$PLATFORM" \
+        -d "$dir/tmp" "$RAY"
+    (cd "$dir/tmp" && python3 -m zipfile -e ray-*.whl unpacked)
+    rm -rf "$dir/tmp/unpacked/ray/jars"
+    find "$dir/tmp/unpacked" -name '*.map' -delete
+    tar -C "$dir/tmp/unpacked" -cJf "$dir/ray.tar.xz" .
+    rm -rf "$dir/tmp"
+    pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" --platform "$PLATFORM" \
+        -d "$dir/wheels" "${WHEELS[@]}"
+    (cd "$dir/debs" && apt-get download "${DEBS[@]}" >/dev/null)
+    local size
+    size=$(du -sb "$dir" | cut -f1)
+    echo "bundle $dir: $((size / 1024 / 1024)) MiB" >&2
+    if [ "$size" -gt "$LIMIT_BYTES" ]; then
+        echo "device_bundle: $dir is $size bytes, over the $LIMIT_BYTES a call can carry" >&2
+        exit 1
+    fi
+}
+
+install() {
+    local dir=$1 prefix
+    prefix=$(cd "$dir" && pwd)/installed
+    if [ ! -f "$dir/ray.tar.xz" ]; then
+        echo "device_bundle: $dir/ray.tar.xz is missing: build the bundle first and carry $dir" >&2
+        exit 1
+    fi
+    mkdir -p "$prefix/site" "$prefix/root"
+    tar -C "$prefix/site" -xJf "$dir/ray.tar.xz"
+    python3 -m pip install --quiet --no-deps --no-index --target "$prefix/site" "$dir"/wheels/*.whl >&2
+    for deb in "$dir"/debs/*.deb; do dpkg -x "$deb" "$prefix/root"; done
+    local libs="$prefix/root/usr/lib/x86_64-linux-gnu:$prefix/root/lib/x86_64-linux-gnu"
+    echo "export PYTHONPATH=$prefix/site:$PWD\${PYTHONPATH:+:\$PYTHONPATH}"
+    echo "export PATH=$prefix/root/bin:$prefix/root/sbin:$prefix/root/usr/bin:\$PATH"
+    echo "export LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+}
+
+case "${1:-}" in
+    build) build "${2:-.device-bundle}" ;;
+    install) install "${2:-.device-bundle}" ;;
+    *) echo "usage: $0 build|install [DIR]" >&2; exit 2 ;;
+esac
