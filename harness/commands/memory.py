@@ -15,8 +15,9 @@ PAPER_MODELS = ("gpt2m", "gpt2l", "gpt2L")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="gpt2m", metavar="NAME",
-                   help=f"{', '.join(PAPER_MODELS)}, any model config, or 'all' for the paper's three (default: gpt2m)")
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help=f"{', '.join(PAPER_MODELS)}, any model config, or 'all' for the paper's three "
+                        "(default: gpt2m; with --infer, all)")
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file, repeatable; "
                         "default: all of Table I")
@@ -62,7 +63,8 @@ def _ints(option: str, text: str) -> tuple[int, ...]:
 
 
 def run(args) -> tuple[int, dict]:
-    models = [model_config(m) for m in (PAPER_MODELS if args.model == "all" or args.infer else [args.model])]
+    model = args.model or ("all" if args.infer else "gpt2m")
+    models = [model_config(m) for m in (PAPER_MODELS if model == "all" else [model])]
     chosen = slices.table_i() if not args.slice or args.slice == ["all"] else [slices.load(s) for s in args.slice]
     assumptions = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat, alpa_shard=False,
                         pipeline_schedule=args.pipeline_schedule)
