@@ -72,20 +72,6 @@ def test_setups_that_cannot_be_analysed_are_listed_not_judged():
     assert doc["c4"]["C4.least"]["setups"] == 1
 
 
-def test_infer_command_gives_one_json_document():
-    proc = subprocess.run([sys.executable, "-m", "harness", "memory", "--infer", "--slice", "UTAH-GPN",
-                           "--model", "gpt2m", "--batches", "2", "--micro", "2", "--precisions", "float32", "--json"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert [row["setup"] for row in sorted(doc["setups"], key=lambda r: r["setup"])] == ["b2 m2 fp32",
-                                                                                        "b2 m2 fp32 remat"]
-    assert set(doc["c4"]) == set(infer.REST_ON) and doc["slices"] == ["UTAH-GPN"]
-    for row in doc["setups"]:  # gpt2m on UTAH-GPN: 8 of the observations analysed, all of them ran
-        assert row["problem"] is None and 0 < row["matched"] <= 8 and row["of"] == doc["observations_counted"]
-        assert set(row["verdicts"]) <= set(infer.REST_ON)
-
-
 def test_infer_bad_lists_are_one_line_errors():
     proc = subprocess.run([sys.executable, "-m", "harness", "memory", "--infer", "--batches", "2,x"],
                           capture_output=True, text=True)
@@ -102,3 +88,19 @@ def test_the_report_names_every_setup_part_and_conflict():
     assert all(f"**{part}**" in text for part in infer.REST_ON)
     assert all(c["hardware"] in text for c in doc["conflicts_not_counted"])
     assert "misses: nothing" in text  # b2 m2 reproduces every counted observation
+
+
+def test_the_inference_command_and_its_place_in_the_report(tmp_path):
+    """`memory --infer --json` (as reproduce --infer runs it) on a small space: one JSON document,
+    one row per setup, every C4 part judged; the report gets it as JSON and Markdown."""
+    from harness.commands import reproduce
+
+    narrower = ("--model", "gpt2m", "--batches", "2", "--micro", "2", "--precisions", "float32")
+    assert reproduce._infer("UTAH-GPN", tmp_path, narrower) == 0
+    doc = json.loads((tmp_path / "inference.json").read_text())
+    assert doc["slices"] == ["UTAH-GPN"] and set(doc["c4"]) == set(infer.REST_ON)
+    assert sorted(row["setup"] for row in doc["setups"]) == ["b2 m2 fp32", "b2 m2 fp32 remat"]
+    for row in doc["setups"]:  # gpt2m on UTAH-GPN: 8 of the observations analysed, all of them ran
+        assert row["problem"] is None and 0 < row["matched"] <= 8 and row["of"] == doc["observations_counted"]
+        assert set(row["verdicts"]) <= set(infer.REST_ON)
+    assert (tmp_path / "inference.md").read_text().startswith("# The paper's unstated setup, inferred")

@@ -92,12 +92,13 @@ def run(args) -> tuple[int, dict]:
 INTERRUPTED = 130
 
 
-def _infer(which: str, out: Path) -> int:
-    """`memory --infer` on each slice of the run (all Table I slices for 'all'), into the report."""
+def _infer(which: str, out: Path, narrower: tuple[str, ...] = ()) -> int:
+    """`memory --infer` on each slice of the run (all Table I slices for 'all'), into the report;
+    `narrower`: more of its options (a smaller space)."""
     from harness import infer
 
     names = {"all": slices.TABLE_I_ORDER, "quick": ("TACC-TACC", "UTAH-GPN")}.get(which, which.split(","))
-    argv = [sys.executable, "-m", "harness", "memory", "--infer", "--json"]
+    argv = [sys.executable, "-m", "harness", "memory", "--infer", "--json", *narrower]
     for name in names:
         argv += ["--slice", name]
     print(f"reproduce: inferring the paper's setup on {', '.join(names)} ...", file=sys.stderr, flush=True)
