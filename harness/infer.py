@@ -109,18 +109,25 @@ def judge_parts(results: list[SetupResult]) -> dict:
     """For each C4 part: where it holds, which setups the other observations point to, and
     whether those setups reproduce the part's own observations."""
     usable = [r for r in results if r.problem is None]
+    # Observations no setup analysed (slices or models left out of the run) say nothing either way.
+    analysed = [k for k in counted_observations() if any(r.matched.get(k) is not None for r in usable)]
     out = {}
     for part, rests in REST_ON.items():
         others = lambda *key, rests=rests: not rests(*key)
         best = max((r.score(others) for r in usable), default=0)
         chosen = [r for r in usable if r.score(others) == best]
-        own = [k for k in counted_observations() if rests(*k)]
+        own = [k for k in analysed if rests(*k)]
+        unanalysed = any(rests(*k) for k in counted_observations()) and not own
         holds_all = [r for r in usable if _holds(r.verdicts.get(part, claims.NOT_SHOWN))]
         holds_chosen = [r for r in chosen if _holds(r.verdicts.get(part, claims.NOT_SHOWN))]
         predicts = {label(r.setup): sum(1 for k in own if r.matched.get(k)) for r in chosen}
         ruled_out = {describe(k): sum(1 for r in usable if r.matched.get(k) is False) for k in own}
         reproducing = [r for r in usable if own and all(r.matched.get(k) for k in own)]
-        if usable and len(holds_all) == len(usable):
+        if not usable:
+            case = "not shown: no setup could be analysed"
+        elif unanalysed:
+            case = "not shown: the observations it rests on were not analysed in this run"
+        elif len(holds_all) == len(usable):
             case = "holds at every plausible setup"
         elif own and not reproducing:
             case = ("no plausible setup reproduces the observations it rests on; each rules out: "
@@ -135,7 +142,7 @@ def judge_parts(results: list[SetupResult]) -> dict:
                    ", ".join(label(r.setup) for r in chosen)
         out[part] = {"case": case, "holds_at": [label(r.setup) for r in holds_all], "setups": len(usable),
                      "chosen_from_others": [label(r.setup) for r in chosen],
-                     "others_matched": best, "others_total": sum(1 for k in counted_observations() if others(*k)),
+                     "others_matched": best, "others_total": sum(1 for k in analysed if others(*k)),
                      "own_observations": [describe(k) for k in own],
                      "own_matched_at_chosen": predicts,
                      "reproduce_own": [label(r.setup) for r in reproducing]}
@@ -157,8 +164,6 @@ def summary(results: list[SetupResult]) -> dict:
                  for (model, tech, mem), runs in paper.conflicts().items()]
     return {"observations_counted": total, "conflicts_not_counted": conflicts, "setups": rows,
             "c4": judge_parts(results)}
-
-
 
 
 def markdown(doc: dict) -> str:

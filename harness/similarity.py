@@ -25,9 +25,6 @@ from harness.config import GPTConfig, Setup, Technique
 from harness.netmodel import Network
 from harness.slices import Slice
 
-GROUPS = ("latency", "bandwidth", "bubble")
-
-
 def groups(technique: str, sl: Slice, cfg: GPTConfig, setup: Setup, net: Network | None = None,
            devices: costmodel.Devices | None = None) -> dict[str, float]:
     """The three groups of one technique on all VMs of `sl`, from the cost model."""
@@ -53,10 +50,10 @@ class Scaled:
     model: dict = field(default_factory=dict)  # technique -> groups of the scale model on that link
 
     def worst_ratio(self, group: str) -> float:
-        """The largest factor between a technique's group here and at paper scale."""
-        ratios = [self.model[t][group] / self.target[t][group] for t in self.target
-                  if self.target[t][group] > 0 and self.model[t][group] > 0]
-        return max((max(r, 1 / r) for r in ratios), default=math.inf)
+        """The largest factor between a technique's group here and at paper scale; infinite where
+        the paper has the group and the scale model has none of it, or where nothing compares."""
+        ratios = [self.model[t][group] / self.target[t][group] for t in self.target if self.target[t][group] > 0]
+        return max((max(r, 1 / r) if r > 0 else math.inf for r in ratios), default=math.inf)
 
     def to_dict(self) -> dict:
         return {"slice": self.slice, "paper_rtt_ms": self.paper_rtt_ms, "rtt_ms": self.rtt_ms,

@@ -104,3 +104,17 @@ def test_the_inference_command_and_its_place_in_the_report(tmp_path):
         assert row["problem"] is None and 0 < row["matched"] <= 8 and row["of"] == doc["observations_counted"]
         assert set(row["verdicts"]) <= set(infer.REST_ON)
     assert (tmp_path / "inference.md").read_text().startswith("# The paper's unstated setup, inferred")
+
+
+def test_a_part_whose_observations_were_not_analysed_is_not_shown():
+    """A run on other slices (or without gpt2L) cannot judge C4.zero2-only's own runs: not shown,
+    never 'no setup reproduces them'; and with no setup analysed at all, no part is shown."""
+    holds = {p: claims.HOLDS for p in infer.REST_ON}
+    partial = result(S(2, 2), set(), holds)
+    partial.matched = {k: (None if k in ZERO2_OWN else v) for k, v in partial.matched.items()}
+    judged = infer.judge_parts([partial])
+    assert judged["C4.zero2-only"]["case"] == "not shown: the observations it rests on were not analysed in this run"
+    assert judged["C4.zero2-only"]["own_observations"] == []
+    assert judged["C4.most"]["others_total"] == len(OTHERS)
+    broken = infer.SetupResult(S(8, 4), {}, {}, problem="cannot build")
+    assert all(j["case"] == "not shown: no setup could be analysed" for j in infer.judge_parts([broken]).values())

@@ -42,3 +42,11 @@ def test_the_scale_model_needs_longer_rtts_further_apart_as_the_paper_s_slices_a
     assert [s.rtt_ms for s in scaled] == sorted(s.rtt_ms for s in scaled)
     for s in scaled:
         assert 1 <= s.worst_ratio("latency") < 10 and set(s.to_dict()["worst_ratio"]) == {"latency", "bandwidth"}
+
+
+def test_a_group_the_scale_model_lacks_is_infinitely_off_not_skipped():
+    target = {"Data": {"latency": 2.0, "bandwidth": 0.5}, "Pipeshard": {"latency": 1.0, "bandwidth": 0.0}}
+    model = {"Data": {"latency": 4.0, "bandwidth": 0.0}, "Pipeshard": {"latency": 0.5, "bandwidth": 0.3}}
+    s = similarity.Scaled("x", 20.0, 30.0, 1e9, target, model)
+    assert s.worst_ratio("latency") == 2.0
+    assert s.worst_ratio("bandwidth") == float("inf")  # Data's bandwidth group is missing in the model

@@ -35,7 +35,6 @@ class DataParallel:
         n = shape.n_devices
         graphdef, abstract = model.abstract_init(model_cfg)
         optimizer = optim.make(cfg, total_steps, abstract)
-        combine = self.combine
 
         def device_step(params, opt_state, inputs, targets):
             # Gradients of this device's slice of the batch, kept per device ("varying") so that
@@ -44,7 +43,7 @@ class DataParallel:
             grad_fn = jax.value_and_grad(lambda p, x, y: model.loss_fn(graphdef, p, x, y))
             loss, grads = accumulate(grad_fn, local, inputs, targets, self.micro_batches)
             # the all-reduce
-            summed = buckets.psum(grads, ALL) if combine else jax.tree.map(lambda g: jax.lax.psum(g, ALL), grads)
+            summed = buckets.psum(grads, ALL) if self.combine else jax.tree.map(lambda g: jax.lax.psum(g, ALL), grads)
             grads = jax.tree.map(lambda g: g / n, summed)
             loss = jax.lax.psum(loss, ALL) / n
             updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -63,5 +62,5 @@ class DataParallel:
                      "optimizer state": "replicated on every device",
                      "batch": f"split over all {n} devices",
                      "gradient sync": f"all-reduce over all {n} devices (crosses VMs)"
-                                      + (", in buckets of up to 30 MiB" if combine else "")},
+                                      + (", in buckets of up to 30 MiB" if self.combine else "")},
         )

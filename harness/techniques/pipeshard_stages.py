@@ -98,7 +98,7 @@ class StageProgram:
         own = jax.eval_shape(lambda p: own_parameters(p, self.model_cfg, self.sizes, self.stage), canonical)
         optimizer = optim.make(cfg, total_steps, own)  # the norm over all stages is one scalar each way
         dtype = jnp.dtype(self.model_cfg.dtype)
-        h, k, groups = self.model_cfg.n_embd, self.group, self.m // self.group
+        h, groups = self.model_cfg.n_embd, self.m // self.group
         # [groups, k microbatches' rows, ...]: a group's microbatches are in flight together.
         tokens = jax.ShapeDtypeStruct((groups, batch // groups, seq), jnp.int32)
         acts = jax.ShapeDtypeStruct((groups, batch // groups, seq, h), dtype)

@@ -46,10 +46,9 @@ class Zero2Parallel:
         mesh = make_mesh(shape, devices)
         n = shape.n_devices
         graphdef, abstract = model.abstract_init(model_cfg)
-        combine = self.combine
 
         def reduce_scatter(grads):
-            if not combine:
+            if not self.combine:
                 return jax.tree.map(lambda g: jax.lax.psum_scatter(chunked(g, n), ALL, scatter_dimension=0,
                                                                    tiled=True), grads)
             leaves, treedef = jax.tree.flatten(grads)
@@ -57,7 +56,7 @@ class Zero2Parallel:
                 [chunked(g, n).reshape(n, -1) for g in leaves], ALL))
 
         def all_gather(chunks):
-            if not combine:
+            if not self.combine:
                 return jax.tree.map(lambda c: jax.lax.all_gather(c, ALL, tiled=True, to="invarying"), chunks)
             leaves, treedef = jax.tree.flatten(chunks)
             return jax.tree.unflatten(treedef, [x.reshape(-1) for x in buckets.all_gather_rows(leaves, ALL, n)])
@@ -106,5 +105,5 @@ class Zero2Parallel:
                      "optimizer state": f"partitioned: each device keeps 1/{n} of Adam's moments",
                      "batch": f"split over all {n} devices",
                      "gradient sync": f"reduce-scatter, then all-gather of updated parameters, over all {n} devices"
-                                      + (", in buckets of up to 30 MiB" if combine else "")},
+                                      + (", in buckets of up to 30 MiB" if self.combine else "")},
         )
