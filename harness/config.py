@@ -136,6 +136,10 @@ class Budget:
     micro_batches: int = 2
     warmup_steps: int = 1
     repeats: int = 3
+    # Data and ZeRO2 send their gradients in 30 MiB buckets, one collective each, as XLA's GPU
+    # combiners and NCCL do (techniques/buckets.py); False: one collective per tensor, as XLA's CPU
+    # runtime runs even a combined one.
+    combine: bool = False
 
     def __post_init__(self):
         model_config(self.model)  # names the bad model before anything starts

@@ -1,15 +1,16 @@
 """The cost model against measured trials: predicted vs measured step time on the emulated slices.
 
-The emulated CPU slices are not in the data sheets, so three figures are taken from the trials
-themselves, each from one named trial that is then left out of the comparison:
+The emulated CPU slices are not in the data sheets, so four figures are taken from the trials
+themselves, each from a named trial that is then left out of the comparison:
 - a device's sustained FLOP/s: from Data on one VM alone (no link involved), on the first slice;
 - the link's effective TCP window: from Data on all VMs of the two-site slice of lowest RTT (the
   window that makes the model's Data step equal the measured one).
-- the fixed cost of one collective: from ZeRO2 (a reduce-scatter and an all-gather per bucket, and the
-  scalars) on all VMs at the lowest RTT.
+- the rate at which a collective moves bytes between VMs and the fixed cost of one: from ZeRO2
+  (few collectives, all the gradients) and Shard (a hundred small ones) on all VMs at the lowest
+  RTT, solved together; gloo on one core per VM moves bytes far slower than one TCP flow would.
 Everything else is predicted: the other techniques, the one-VM runs, the other RTTs. The delay
 link's own rate is measured by the run (one TCP flow at no added delay, in each all-VM record's
-network section) and its MTU is network.MTU; gloo, JAX's CPU collectives, runs one ring rank per
+network section): it bounds the collectives' rate; its MTU is network.MTU; gloo, JAX's CPU collectives, runs one ring rank per
 VM (one process each).
 
 The verdict is rank agreement (Spearman) across techniques on each slice and across RTTs for
@@ -29,6 +30,7 @@ from harness.netmodel import GLOO_FLOWS_PER_PEER, Network
 from harness.emulation.network import MTU
 
 TCP_HEADERS = 52  # IPv4 + TCP with timestamps
+ROUNDS = 6  # of the joint solve for a collective's rate and fixed cost
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
@@ -58,6 +60,10 @@ def _slice(r: dict) -> slices.Slice:
 
 def _predict(r: dict, net: Network, device_flops: float) -> costmodel.Prediction:
     sl = _slice(r)
+    shaped = [d["bandwidth_gbps"] * 1e9 / 8 for d in (r["cluster"]["network"].get("links") or {}).values()
+              if d.get("bandwidth_gbps")]
+    if shaped:  # a link given a rate (similarity scaling) carries at most that
+        net = replace(net, link_bytes_per_s=min([net.link_bytes_per_s, *shaped]))
     vms = tuple(r["cluster"]["vms_used"])
     devices = costmodel.Devices(tuple(device_flops for _ in vms), tuple(1e15 for _ in vms), sl.gpus_per_vm)
     return costmodel.predict(r["technique"], sl, vms, _model(r), _setup(r), net, devices)
@@ -76,10 +82,11 @@ def _solve(f, target: float, lo: float, hi: float) -> float:
     return math.exp(scipy.optimize.brentq(g, a, b, xtol=1e-9))
 
 
-def calibrate(recs: list[dict]) -> tuple[Network, float, list[str]]:
+def calibrate(recs: list[dict], per_tensor: bool = True) -> tuple[Network, float, list[str]]:
     """(network, FLOP/s per device, the trials used) from the records of an emulated run: the
     device rate from Data on one VM; the cost of one collective from ZeRO2 (a reduce-scatter and an all-gather per bucket) on
-    all VMs at the lowest RTT; the window from Data on all VMs at the lowest two-site RTT."""
+    all VMs at the lowest RTT; the window from Data on all VMs at the lowest two-site RTT.
+    per_tensor: the trials ran one collective per gradient tensor (Budget.combine off)."""
     ok = [r for r in recs if r["status"] == "ok" and r["timing"]["median_step_s"] and r["cluster"]["slice"]]
     rtt = lambda r: r["cluster"]["network"]["rtt_ms"] or 0.0
     every = sorted((r for r in ok if r["cluster"]["hosts"] > 1), key=rtt)
@@ -91,32 +98,55 @@ def calibrate(recs: list[dict]) -> tuple[Network, float, list[str]]:
         raise ValueError("the records carry no measured link rate (network.link_bytes_per_s): not an emulated run")
     net = Network(link_bytes_per_s=max(filter(None, rates)), ring_over_devices=False,
                   initial_window_bytes=10 * (MTU - TCP_HEADERS), flows_per_peer=GLOO_FLOWS_PER_PEER,
-                  per_tensor=True)
+                  per_tensor=per_tensor)
     used = [single]
     zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)
-    if zero2:
+    shard = next((r for r in every if r["technique"] == "Shard"), None)
+    if zero2 and shard:
+        # ZeRO2 moves all gradients in few collectives, Shard small activations in a hundred: each
+        # trial pins mostly one figure, so solving for each in turn settles both in a few rounds.
+        top = net.link_bytes_per_s
+        for _ in range(ROUNDS):
+            rate = _solve(lambda x: _predict(zero2, replace(net, link_bytes_per_s=x), device_flops).step_s,
+                          zero2["timing"]["median_step_s"], 1e6, top)
+            net = replace(net, link_bytes_per_s=rate)
+            cost = _solve(lambda x: _predict(shard, replace(net, per_collective_s=x), device_flops).step_s,
+                          shard["timing"]["median_step_s"], 1e-7, 1.0)
+            net = replace(net, per_collective_s=cost)
+        used += [zero2, shard]
+    elif zero2:
         cost = _solve(lambda x: _predict(zero2, replace(net, per_collective_s=x), device_flops).step_s,
                       zero2["timing"]["median_step_s"], 1e-7, 1.0)
         net, used = replace(net, per_collective_s=cost), used + [zero2]
     data = next((r for r in every if r["technique"] == "Data" and rtt(r) >= 1.0), None)
     if data:
-        def with_window(w):
-            return replace(net, window_bytes=w, initial_window_bytes=min(net.initial_window_bytes, w))
-
-        window = _solve(lambda w: _predict(data, with_window(w), device_flops).step_s,
-                        data["timing"]["median_step_s"], 1e3, 1e9)
-        net, used = with_window(window), used + [data]
+        net, used = fit_window(net, device_flops, data), used + [data]
     return net, device_flops, [label(r) for r in used]
+
+
+def fit_window(net: Network, device_flops: float, data: dict) -> Network:
+    """net with the TCP window that makes the model's step of `data` (Data on all VMs, across a
+    delay) the measured one."""
+    def with_window(w):
+        return replace(net, window_bytes=w, initial_window_bytes=min(net.initial_window_bytes, w))
+
+    return with_window(_solve(lambda w: _predict(data, with_window(w), device_flops).step_s,
+                              data["timing"]["median_step_s"], 1e3, 1e9))
 
 
 def label(r: dict) -> str:
     c = r["cluster"]
-    return f"{r['technique']}-{c['slice']}-{'4gpu' if c['hosts'] > 1 else c['vms_used'][0]}"
+    rtt = c["network"]["rtt_ms"]
+    return (f"{r['technique']}-{c['slice']}-{'4gpu' if c['hosts'] > 1 else c['vms_used'][0]}"
+            + (f" at {rtt:.3g} ms" if c["hosts"] > 1 and rtt is not None else ""))
 
 
-def check(recs: list[dict]) -> dict:
-    """Predicted vs measured for every successful trial; rank agreement and errors."""
-    net, device_flops, used = calibrate(recs)
+def check(recs: list[dict], per_tensor: bool = True, calibration: list[dict] | None = None) -> dict:
+    """Predicted vs measured for every successful trial; rank agreement and errors. calibration:
+    the run's own calibration trials (harness.calibration), so that every trial of recs is judged;
+    without them, three of recs calibrate and are left out."""
+    net, device_flops, used = calibrate(calibration or recs, per_tensor)
+    left_out = [] if calibration else used
     rows = []
     for r in recs:
         if r["status"] != "ok" or not r["timing"]["median_step_s"] or r["cluster"]["slice"] is None:
@@ -126,7 +156,7 @@ def check(recs: list[dict]) -> dict:
         rows.append({"trial": label(r), "technique": r["technique"], "slice": r["cluster"]["slice"],
                      "all_vms": r["cluster"]["hosts"] > 1, "rtt_ms": r["cluster"]["network"]["rtt_ms"],
                      "measured_s": measured, "predicted_s": p.step_s, "error": p.step_s / measured - 1,
-                     "terms_s": p.terms, "calibration": label(r) in used})
+                     "terms_s": p.terms, "calibration": label(r) in left_out})
     judged = [x for x in rows if not x["calibration"]]
     per_slice = {}
     for s in sorted({x["slice"] for x in judged if x["all_vms"]}):
@@ -140,7 +170,8 @@ def check(recs: list[dict]) -> dict:
     return {"calibration": {"device_tflops": device_flops / 1e12, "window_bytes": net.window_bytes,
                             "per_collective_s": net.per_collective_s,
                             "initial_window_bytes": net.initial_window_bytes,
-                            "link_bytes_per_s": net.link_bytes_per_s, "from_trials": used},
+                            "link_bytes_per_s": net.link_bytes_per_s, "from_trials": used,
+                            "separate_trials": bool(calibration)},
             "rows": rows,
             "spearman_per_slice": per_slice, "spearman_per_technique": per_technique,
             "spearman_all_vms": spearman([x["measured_s"] for x in every], [x["predicted_s"] for x in every]),
@@ -150,8 +181,11 @@ def check(recs: list[dict]) -> dict:
 def markdown(result: dict) -> str:
     c = result["calibration"]
     lines = ["# The cost model against the measured trials", "",
-             f"Calibrated from {', '.join(c['from_trials'])} (marked below, left out of the error): "
-             f"{c['device_tflops'] * 1e3:.3g} GFLOP/s per device, {c['per_collective_s'] * 1e3:.2g} ms per collective, "
+             f"Calibrated from {', '.join(c['from_trials'])} "
+             + ("(the run's calibration trials, before the sweep; every trial below is judged): "
+                if c.get("separate_trials") else "(marked below, left out of the error): ")
+             + f"{c['device_tflops'] * 1e3:.3g} GFLOP/s per device, {c['per_collective_s'] * 1e3:.2g} ms per collective, "
+             f"collectives at {c['link_bytes_per_s'] / 1e6:.3g} MB/s with no delay, "
              f"effective TCP window {c['window_bytes'] / 1e3:.0f} kB.", "",
              f"- rank agreement (Spearman) over every all-VM trial but the calibration ones: {result['spearman_all_vms']:.2f}",
              "- per slice, across techniques: " + ", ".join(f"{k} {v:.2f}" for k, v in result["spearman_per_slice"].items()),

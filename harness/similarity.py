@@ -25,6 +25,20 @@ from harness.config import GPTConfig, Setup, Technique
 from harness.netmodel import Network
 from harness.slices import Slice
 
+STILL_RTT_MS = 1e-6  # a link with no delay to speak of, still crossed between the VMs
+
+
+MATCHED = ("latency", "bandwidth")  # the groups the link is set to match; the bubble follows the budget
+# How far a group may be from the paper's and still count as matched: a factor of 2 either way,
+# stated before any run. Beyond it a technique's communication could weigh half or twice what it
+# did in the paper against its compute, enough to reorder techniques whose times the paper shows
+# within 2x of each other.
+TOLERANCE = 2.0
+# A group under this on both sides (a twentieth of the compute) counts as matched whatever the
+# factor: it is within the noise of a step, too small to reorder anything.
+NEGLIGIBLE = 0.05
+
+
 def groups(technique: str, sl: Slice, cfg: GPTConfig, setup: Setup, net: Network | None = None,
            devices: costmodel.Devices | None = None) -> dict[str, float]:
     """The three groups of one technique on all VMs of `sl`, from the cost model."""
@@ -34,10 +48,19 @@ def groups(technique: str, sl: Slice, cfg: GPTConfig, setup: Setup, net: Network
         return p.terms["collectives"] + p.terms["pipeline_transfers"]
 
     here = costmodel.predict(technique, sl, vms, cfg, setup, net, devices)
-    still = costmodel.predict(technique, sl.with_rtt(0.0), vms, cfg, setup, net, devices)
+    # Not zero: the cost model takes an RTT of 0 for VMs on one host (PCIe, no link).
+    still = costmodel.predict(technique, sl.with_rtt(STILL_RTT_MS), vms, cfg, setup, net, devices)
     compute = here.terms["compute"]
     return {"latency": (comm(here) - comm(still)) / compute, "bandwidth": comm(still) / compute,
             "bubble": here.terms["pipeline_bubble"] / compute}
+
+
+def factor(got: float, want: float) -> float:
+    """How many times off `got` is from `want`, either way (>= 1); infinite where one of them is
+    zero and the other not."""
+    if got <= 0 or want <= 0:
+        return 1.0 if got == want else math.inf
+    return max(got / want, want / got)
 
 
 @dataclass
@@ -48,17 +71,30 @@ class Scaled:
     link_bytes_per_s: float  # and its rate
     target: dict = field(default_factory=dict)  # technique -> groups at paper scale
     model: dict = field(default_factory=dict)  # technique -> groups of the scale model on that link
+    literal: dict = field(default_factory=dict)  # technique -> groups of the scale model on the paper's own link
+
+    def ratio(self, technique: str, group: str, model: dict | None = None) -> float:
+        """The factor (>= 1) between the scale model's group and the paper's; infinite where one
+        of them has the group and the other none of it."""
+        return factor((model or self.model)[technique][group], self.target[technique][group])
 
     def worst_ratio(self, group: str) -> float:
         """The largest factor between a technique's group here and at paper scale; infinite where
         the paper has the group and the scale model has none of it, or where nothing compares."""
-        ratios = [self.model[t][group] / self.target[t][group] for t in self.target if self.target[t][group] > 0]
-        return max((max(r, 1 / r) if r > 0 else math.inf for r in ratios), default=math.inf)
+        ratios = [self.ratio(t, group) for t in self.target if self.target[t][group] > 0]
+        return max(ratios, default=math.inf)
+
+    def misses(self, tolerance: float) -> list[dict]:
+        """Every group more than `tolerance` times off the paper's, unless negligible on both sides."""
+        return [{"slice": self.slice, "technique": t, "group": g, "paper": self.target[t][g],
+                 "this_run": self.model[t][g], "ratio": self.ratio(t, g)}
+                for t in self.target for g in MATCHED if self.ratio(t, g) > tolerance
+                and max(self.target[t][g], self.model[t][g]) >= NEGLIGIBLE]
 
     def to_dict(self) -> dict:
         return {"slice": self.slice, "paper_rtt_ms": self.paper_rtt_ms, "rtt_ms": self.rtt_ms,
                 "link_bytes_per_s": self.link_bytes_per_s, "target": self.target, "model": self.model,
-                "worst_ratio": {g: self.worst_ratio(g) for g in ("latency", "bandwidth")}}
+                "literal": self.literal, "worst_ratio": {g: self.worst_ratio(g) for g in MATCHED}}
 
 
 def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, setup: Setup, net: Network,
@@ -91,4 +127,34 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
     best = scipy.optimize.minimize(error, start, method="Powell", bounds=bounds, options={"xtol": 1e-3})
     at, link = model_at(best.x)
     return Scaled(sl.name, sl.rtt_ms, at.rtt_ms, link.link_bytes_per_s, target,
-                  {t: groups(t, at, cfg, setup, link, devices) for t in techniques})
+                  {t: groups(t, at, cfg, setup, link, devices) for t in techniques},
+                  {t: groups(t, sl, cfg, setup, net, devices) for t in techniques})
+
+
+def markdown(doc: dict) -> str:
+    """The groups side by side: the paper's (gpt2m on the slice), the scale model's on the paper's
+    own link, and on the link this run chose or would choose (similarity.json's document)."""
+    c = doc["calibration"]
+    lines = ["# Similarity: the groups that decide the orderings, paper scale vs this run", "",
+             f"- links this run's trials ran on: {doc['mode']}",
+             f"- the scale model's figures, from the trials {', '.join(c['from_trials'])}: "
+             f"{c['device_flops'] / 1e9:.3g} GFLOP/s per device, {c['per_collective_s'] * 1e3:.3g} ms per collective, "
+             f"TCP window {c['window_bytes'] / 1e3:.0f} kB, link {c['link_bytes_per_s'] / 1e6:.0f} MB/s, "
+             f"collectives {'per tensor' if c['per_tensor'] else 'combined'}"
+             + (f", TCP buffers of {c['tcp_buffer_bytes'] / 1e3:.0f} kB in each VM" if c.get("tcp_buffer_bytes") else "")
+             + "".join(f"; on {k}'s scaled link the window is {v / 1e3:.0f} kB" for k, v in c.get("window_bytes_on", {}).items()),
+             f"- tolerance: a factor of {doc['tolerance']:g} either way, for groups of {NEGLIGIBLE:g} or more; "
+             f"{len(doc['misses'])} groups beyond it", "",
+             "Groups are seconds of communication per second of compute in one step: latency (what grows "
+             "with the RTT), bandwidth (what is left at no delay), bubble (Pipeshard's idle ticks).", ""]
+    for s in doc["slices"]:
+        lines += [f"## {s['slice']}: paper {s['paper_rtt_ms']:g} ms; scaled {s['rtt_ms']:.3g} ms at "
+                  f"{s['link_bytes_per_s'] / 1e6:.3g} MB/s", "",
+                  "| technique | group | paper (gpt2m) | scale model, paper's link | scale model, scaled link | factor off |",
+                  "|---|---|---|---|---|---|"]
+        for t, want in s["target"].items():
+            for g in (*MATCHED, "bubble"):
+                got, lit = s["model"][t][g], s["literal"][t][g]
+                lines.append(f"| {t} | {g} | {want[g]:.3g} | {lit:.3g} | {got:.3g} | {factor(got, want[g]):.2f} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"

@@ -81,19 +81,23 @@ class Runner:
     """Runs trials on one Ray cluster; see emulated() and live() for how one is made."""
 
     def __init__(self, driver: DriverClient, slices: list[Slice], budget: Budget, devices_per_host: int,
-                 network: EmulatedNetwork | None = None, platform: str = "cpu", step_timeout_s: float = 600):
+                 network: EmulatedNetwork | None = None, platform: str = "cpu", step_timeout_s: float = 600,
+                 calibration_trials: int = 0):
         self.driver, self.budget, self.network, self.platform = driver, budget, network, platform
-        self.slices = {sl.name: sl for sl in slices}
+        self.slices = {sl.name: sl for sl in slices}  # the links the trials run on (set_slice changes them)
+        self.paper_slices = dict(self.slices)  # the slices as given: the paper's links
+        self.scaling: dict[str, dict] = {}  # slice -> how its link was scaled (harness.calibration)
         self.devices_per_host, self.step_timeout_s = devices_per_host, step_timeout_s
         self.model_cfg = model_config(budget.model)
         self.groups: dict[tuple, str] = {}  # VMs -> worker group
         self.built: dict[tuple, dict | TrialFailed] = {}  # (VMs, technique) -> build answer or failure
         self.rtt_ms: dict[str, float] = {}  # measured, per slice
         self.link_bytes_per_s = network.link_rate() if network is not None else None
-        # The optimizer schedule spans the whole sweep (each slice's warm-up and timed steps), so
-        # the losses of every compiled step, warm-up included (history), are those of a plain run
-        # of that length: the single-device reference checks them.
-        self.schedule_steps = (budget.warmup_steps + budget.repeats) * len(slices)
+        # The optimizer schedule spans the whole sweep (each slice's warm-up and timed steps, and
+        # a calibration trial before them), so the losses of every compiled step, warm-up included
+        # (history), are a prefix of a plain run of that length: the single-device reference
+        # checks them.
+        self.schedule_steps = (budget.warmup_steps + budget.repeats) * (len(slices) + calibration_trials)
         self.history: dict[tuple, list[float]] = {}  # (VMs, technique) -> every loss, in order
         self.current_slice: str | None = None
         self.corpus = data.load_corpus()
@@ -116,9 +120,11 @@ class Runner:
 
     def job(self, trial: Trial) -> Job:
         hosts, devices = self.shape(trial)
+        options = {"micro_batches": self.budget.micro_batches}
+        if trial.technique in (Technique.DATA, Technique.ZERO2):
+            options["combine"] = self.budget.combine
         return Job(trial.technique, dataclasses.asdict(self.model_cfg), hosts, devices,
-                   train=dataclasses.asdict(self.train_config(trial)),
-                   options={"micro_batches": self.budget.micro_batches})
+                   train=dataclasses.asdict(self.train_config(trial)), options=options)
 
     # -- running ------------------------------------------------------------------------------
     def prepare(self, trial: Trial) -> TrialResult:
@@ -225,6 +231,14 @@ class Runner:
             self.groups[vms] = name
         return self.groups[vms]
 
+    def set_slice(self, sl: Slice) -> None:
+        """Run the trials of slice sl.name on this link from now on (same VMs)."""
+        if sl.name not in self.slices or [vm.name for vm in sl.vms] != [vm.name for vm in self.slices[sl.name].vms]:
+            raise ValueError(f"slice {sl.name} is not one of this run's, or has other VMs")
+        self.slices[sl.name] = sl
+        if self.current_slice == sl.name:
+            self.current_slice = None  # applied again, and its RTT measured again, before the next trial
+
     def _use_slice(self, name: str) -> None:
         if self.current_slice == name:
             return
@@ -249,6 +263,8 @@ class Runner:
         network = {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None}
         if crosses and self.link_bytes_per_s:
             network["link_bytes_per_s"] = self.link_bytes_per_s
+        if trial.slice in self.scaling:
+            network["scaling"] = self.scaling[trial.slice]
         if crosses and self.network is not None:
             network["links"] = {k: v for k, v in self.network.settings().items() if set(k.split(">")) <= set(vms)}
             network["packets"] = result.packets
@@ -262,17 +278,22 @@ class Runner:
 
 
 @contextlib.contextmanager
-def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu"):
+def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu", calibration_trials: int = 0,
+             tcp_buffer_bytes: int | None = None):
     """One emulated cluster for slices that share a shape (VM names and GPUs per VM); on platform
-    gpu each emulated VM gets its own GPUs of this machine."""
+    gpu each emulated VM gets its own GPUs of this machine. calibration_trials: trials some
+    technique runs before the sweep (harness.calibration), which its optimizer schedule spans;
+    tcp_buffer_bytes: the VMs' TCP buffers (None: the kernel's)."""
     base = slices[0]
     for sl in slices[1:]:
         if [(vm.name, vm.gpus) for vm in sl.vms] != [(vm.name, vm.gpus) for vm in base.vms]:
             raise BadInput(f"slice {sl.name} ({sl.source}): one emulated run needs slices with the same VMs "
                            f"and GPUs per VM as {base.name}")
-    with EmulatedNetwork(base, cpu_only=platform == "cpu") as net, RayCluster(net) as cluster, \
+    with EmulatedNetwork(base, cpu_only=platform == "cpu", tcp_buffer_bytes=tcp_buffer_bytes) as net, \
+            RayCluster(net) as cluster, \
             cluster.driver() as driver:
-        yield Runner(driver, slices, budget, base.gpus_per_vm, network=net, platform=platform)
+        yield Runner(driver, slices, budget, base.gpus_per_vm, network=net, platform=platform,
+                     calibration_trials=calibration_trials)
 
 
 @contextlib.contextmanager

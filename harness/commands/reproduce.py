@@ -4,8 +4,9 @@ It runs the claims suite that ships with the package (harness/suite/emulated.py,
 tests_cpu/test_claims.py also collects) with pytest, so the report and the tests are one and the
 same judgement, from a checkout or from an installed copy: pytest's progress goes to stderr;
 ./reports/<run id>/ gets results.jsonl, benchmark.json (pytest-benchmark), claims.md, claims.json
-and the figures. Then the run is compared with the shipped baseline of its mode
-(harness/resources/baselines/<mode>/), if there is one.
+and the figures. Then the run is compared with the shipped baseline of its mode and links
+(harness/resources/baselines/<mode>/ for literal links, <mode>-similarity/ for scaled ones), if
+there is one.
 """
 import argparse
 import datetime
@@ -22,7 +23,7 @@ from harness import compare, resources, slices
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
 MODES = {
-    # --quick: the two slices that span the paper's regimes, 3 timed steps per trial (about 11 minutes here).
+    # --quick: the two slices that span the paper's regimes, 3 timed steps per trial (about 8 minutes here).
     "quick": {"slices": "quick", "repeats": 3, "memory_models": "gpt2m,gpt2L"},
     # full: all five Table I slices, 5 timed steps per trial, all three paper models for memory.
     "full": {"slices": "all", "repeats": 5, "memory_models": "gpt2m,gpt2l,gpt2L"},
@@ -31,15 +32,21 @@ MODES = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
-                   help="two slices (TACC-TACC, UTAH-GPN) and 3 repeats: about 11 minutes on a 2-core machine "
+                   help="two slices (TACC-TACC, UTAH-GPN) and 3 repeats: about 8 minutes on a 2-core machine "
                         "(default: all five Table I slices, 5 repeats: about 37 minutes)")
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help="run the claims on this slice instead (repeatable): a Table I name or your own slice file")
+    p.add_argument("--literal", action="store_true",
+                   help="run the trials at the paper's RTTs as they are, with the CPU runtime's per-tensor "
+                        "collectives (default: similarity-scaled links, with the collectives combined as on GPUs: "
+                        "each slice's RTT and rate set so that the scale model splits its steps as gpt2m did in the "
+                        "paper; see the README, 'Similarity scaling')")
     p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
     p.add_argument("--out", default="reports", metavar="DIR",
                    help="parent of the run folder (default: reports/ of the current directory)")
     p.add_argument("--baseline", default=None, metavar="DIR",
-                   help="baseline run folder to compare with (default: the shipped baseline of the mode, when there is one)")
+                   help="baseline run folder to compare with (default: the shipped baseline of the mode and links, "
+                        "when there is one)")
     p.add_argument("--infer", action="store_true",
                    help="after the claims, infer the paper's unstated setup from its observed runs and judge C4 apart "
                         "from that choice (`python -m harness memory --infer` on the run's slices; about 40 minutes "
@@ -67,6 +74,7 @@ def run(args) -> tuple[int, dict]:
     argv = [sys.executable, "-m", "pytest", str(suite), "--noconftest", "-p", "no:cacheprovider", "-v", "--no-header",
             "--claims-slices", settings["slices"], "--trial-repeats", str(settings["repeats"]),
             "--trial-model", args.model, "--memory-models", settings["memory_models"],
+            "--link-scaling", "literal" if args.literal else "similarity",
             "--report-dir", str(out), "--benchmark-json", str(out / "benchmark.json"),
             "--benchmark-storage", f"file://{(out / '.benchmarks').resolve()}",  # not in the user's directory
             "--benchmark-columns", "median,min,max,rounds"]
@@ -81,7 +89,8 @@ def run(args) -> tuple[int, dict]:
         result["files"] = sorted(p.name for p in out.iterdir())
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
-    baseline = Path(args.baseline) if args.baseline else resources.path("baselines", mode)
+    baseline = (Path(args.baseline) if args.baseline
+                else resources.path("baselines", mode if args.literal else f"{mode}-similarity"))
     if (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
         result["comparison"] = compare.compare(baseline, out, args.threshold)
     if not args.json:

@@ -73,9 +73,11 @@ def ip(*args: str, netns: str | None = None) -> str:
     return result.stdout
 
 
-def create(name: str, address: str) -> str:
+def create(name: str, address: str, tcp_buffer_bytes: int | None = None) -> str:
     """A namespace whose processes see the machine's hostname resolve to `address`, with TCP's
     CONGESTION_CONTROL where the kernel has it; returns the congestion control it runs.
+    tcp_buffer_bytes: the most a socket buffers each way (tcp_rmem and tcp_wmem, per namespace),
+    which caps a connection's window at half of it; None keeps the kernel's.
 
     gloo (jax.distributed's CPU collectives) binds to whatever the hostname resolves to; iproute2
     bind-mounts /etc/netns/<name>/hosts over /etc/hosts for processes started with
@@ -91,8 +93,14 @@ def create(name: str, address: str) -> str:
     (etc / "hosts").write_text(f"127.0.0.1 localhost\n{address} {socket.gethostname()}\n")
     allow_congestion_control(CONGESTION_CONTROL)
     setting = "/proc/sys/net/ipv4/tcp_congestion_control"  # per namespace: seen from inside it
-    return subprocess.run(["ip", "netns", "exec", name, "sh", "-c",
-                           f"echo {CONGESTION_CONTROL} > {setting} 2>/dev/null; cat {setting}"],
+    script = f"echo {CONGESTION_CONTROL} > {setting} 2>/dev/null; cat {setting}"
+    if tcp_buffer_bytes is not None:
+        # Autotuning grows a buffer up to the third value and never shrinks it: set before any
+        # connection opens, so that it caps every one.
+        values = f"4096 {min(16384, tcp_buffer_bytes)} {tcp_buffer_bytes}"
+        script = (f"echo '{values}' > /proc/sys/net/ipv4/tcp_rmem && echo '{values}' > /proc/sys/net/ipv4/tcp_wmem && "
+                  + script)
+    return subprocess.run(["ip", "netns", "exec", name, "sh", "-c", script],
                           capture_output=True, text=True, check=True).stdout.strip()
 
 

@@ -98,8 +98,11 @@ class RelayLinks:
 
 
 class EmulatedNetwork:
-    def __init__(self, sl: Slice, rtt_ms: float | None = None, cpu_only: bool = True, mechanism: str = "auto"):
-        """rtt_ms: one RTT for every pair instead of the slice's own (a latency sweep)."""
+    def __init__(self, sl: Slice, rtt_ms: float | None = None, cpu_only: bool = True, mechanism: str = "auto",
+                 tcp_buffer_bytes: int | None = None):
+        """rtt_ms: one RTT for every pair instead of the slice's own (a latency sweep);
+        tcp_buffer_bytes: each VM's TCP buffers (netns.create), for the whole life of the network."""
+        self.tcp_buffer_bytes = tcp_buffer_bytes
         self.mechanism = choose_mechanism(mechanism)
         self.slice = sl
         self.cpu_only = cpu_only  # the scale model: VMs' GPUs are CPU devices
@@ -129,7 +132,7 @@ class EmulatedNetwork:
 
     def _up(self) -> None:
         for vm, name in self.netns.items():
-            self.congestion_control[vm] = netns.create(name, self.address[vm])
+            self.congestion_control[vm] = netns.create(name, self.address[vm], self.tcp_buffer_bytes)
         self.links.start(self._links())
 
     def target_rtt_ms(self, a: str, b: str) -> float:
@@ -144,7 +147,8 @@ class EmulatedNetwork:
         what a record shows of the link."""
         largest = max((self.target_rtt_ms(a, b) for a in self.address for b in self.address if a != b), default=0.0)
         return {f"{a}>{b}": self.shape(a, b).to_dict(largest) | {"up": frozenset((a, b)) not in self.down,
-                                                                 "tcp_congestion_control": self.congestion_control.get(a)}
+                                                                 "tcp_congestion_control": self.congestion_control.get(a),
+                                                                 "tcp_buffer_bytes": self.tcp_buffer_bytes}
                 for a in self.address for b in self.address if a != b}
 
     def _links(self) -> list[dict]:

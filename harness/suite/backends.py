@@ -29,9 +29,10 @@ class Kind(StrEnum):
 class Backend:
     kind: Kind
     runner: object  # harness.trials.Runner
-    slices: list
+    slices: list  # the slices as given (the paper's links); runner.slices has the links the trials ran on
     trials: list
     deviations: dict = field(default_factory=dict)
+    scaling: object = None  # harness.calibration.Scaling of an emulated run
 
 
 def kind_of(node) -> Kind | None:
@@ -64,8 +65,10 @@ def wanted_trials(config, kind: Kind) -> list:
 
 
 @contextlib.contextmanager
-def open_backend(config, kind: Kind):
-    from harness import trials
+def open_backend(config, kind: Kind, log=None):
+    """log: the session's ClaimsLog, which keeps the calibration trials' records."""
+    from harness import calibration, trials
+    from harness.config import model_config
 
     wanted = wanted_trials(config, kind)
     if kind is Kind.LIVE:
@@ -85,9 +88,18 @@ def open_backend(config, kind: Kind):
         if have < need:
             pytest.skip(f"too few GPUs: the slices need {need} (one set per emulated VM), JAX sees {have}")
     require_emulation()
-    platform, declared = ("cpu", deviations.SCALE_MODEL) if kind is Kind.EMULATED_CPU else ("gpu", {})
-    with trials.emulated(chosen, options.budget(config), platform=platform) as runner:
-        yield Backend(kind, runner, chosen, wanted, declared)
+    mode = options.link_scaling(config)
+    platform, declared = ("cpu", deviations.SCALE_MODEL[mode]) if kind is Kind.EMULATED_CPU else ("gpu", {})
+    budget, scaled = options.budget(config), mode == calibration.SIMILARITY
+    extra = calibration.extra_trials(chosen) if scaled else 0
+    buffers = calibration.tcp_buffer_bytes(model_config(budget.model), chosen[0]) if scaled else None
+    with trials.emulated(chosen, budget, platform=platform, calibration_trials=extra,
+                         tcp_buffer_bytes=buffers) as runner:
+        keep = log.add_calibration if log is not None else (lambda record: None)
+        scaling = calibration.apply(runner, mode, keep)
+        if log is not None:
+            log.scaling = scaling
+        yield Backend(kind, runner, chosen, wanted, declared, scaling)
 
 
 @pytest.fixture(scope="module")
@@ -95,5 +107,5 @@ def backend(request):
     kind = kind_of(request.node)
     if kind is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses the backend fixture without @pytest.mark.{MARKER}")
-    with open_backend(request.config, kind) as b:
+    with open_backend(request.config, kind, request.getfixturevalue("claims_log")) as b:
         yield b

@@ -14,15 +14,16 @@ Parts this backend cannot show are declared in deviations.py with the reason; th
 as expected failures with their evidence, never silently passed.
 """
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 
-from harness import claims, costmodel_check, data, measured_selection, records, train
+from harness import calibration, claims, costmodel_check, data, measured_selection, records, similarity, train
 from harness.suite import checks, claims_tests, deviations, options
 
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
-           "test_the_link_dropped_no_packet_of_any_trial",
+           "test_the_link_dropped_no_packet_of_any_trial", "test_the_links_give_the_scale_model_the_papers_groups",
            "memory_table", "test_memory_claim", "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
 
@@ -48,6 +49,7 @@ def test_every_trial_follows_the_single_device_reference(backend, claims_log):
     to 1e-4 for the first EXACT_STEPS steps and within 5% after (see above)."""
     runner = backend.runner
     checks.ensure_trials(runner, claims_log, backend.trials)
+    sweep = (runner.budget.warmup_steps + runner.budget.repeats) * len(backend.slices)
     references = {}
     for (vms, technique), losses in runner.history.items():
         cfg = dataclasses.replace(runner.train_config_for(len(vms)), steps=runner.schedule_steps)
@@ -55,10 +57,13 @@ def test_every_trial_follows_the_single_device_reference(backend, claims_log):
             packed = data.prepare(runner.model_cfg.vocab_size, cfg.resolved_seq_len(runner.model_cfg),
                                   cfg.batch_size, runner.corpus)
             references[cfg.batch_size] = train.train(runner.model_cfg, cfg, packed).losses
-        assert len(losses) == runner.schedule_steps, f"{technique} on {'+'.join(vms)}"
         where = f"{technique} on {'+'.join(vms)}"
-        np.testing.assert_allclose(losses[:EXACT_STEPS], references[cfg.batch_size][:EXACT_STEPS], rtol=1e-4, err_msg=where)
-        np.testing.assert_allclose(losses, references[cfg.batch_size], rtol=5e-2, err_msg=where)
+        # the sweep's steps, and whole calibration trials' before them where some ran (harness.calibration)
+        per_trial = runner.budget.warmup_steps + runner.budget.repeats
+        assert sweep <= len(losses) <= runner.schedule_steps and (len(losses) - sweep) % per_trial == 0, where
+        reference = references[cfg.batch_size][:len(losses)]
+        np.testing.assert_allclose(losses[:EXACT_STEPS], reference[:EXACT_STEPS], rtol=1e-4, err_msg=where)
+        np.testing.assert_allclose(losses, reference, rtol=5e-2, err_msg=where)
     assert len(runner.history) == 10  # four techniques on both VMs and on VM1; Data and Shard on VM2
 
 
@@ -77,6 +82,33 @@ def test_the_link_dropped_no_packet_of_any_trial(backend, claims_log):
         assert not drops, f"{where}: the link dropped packets {drops}"
 
 
+def test_the_links_give_the_scale_model_the_papers_groups(backend, claims_log):
+    """Similarity scaling, checked on this machine's figures: at each slice's link (the scaled one
+    the trials ran on; in a literal run, the one scaling would pick from this run's trials), the
+    cost model calibrated on the calibration trials gives every technique's latency and bandwidth
+    groups within similarity.TOLERANCE of gpt2m's on the paper's slice, and nearer them than the
+    paper's own link does. A group beyond the tolerance fails the test unless declared
+    (deviations.SIMILARITY_GROUPS, with the measured reason); the table goes to similarity.md."""
+    runner, scaling = backend.runner, backend.scaling
+    if scaling.mode == calibration.LITERAL:
+        scaling = calibration.from_records(runner, checks.ensure_trials(runner, claims_log, backend.trials),
+                                           calibration.LITERAL)
+    misses = [m for s in scaling.scaled for m in s.misses(similarity.TOLERANCE)]
+    claims_log.similarity = {**scaling.to_dict(), "tolerance": similarity.TOLERANCE, "misses": misses}
+    table = similarity.markdown(claims_log.similarity)
+    for s in scaling.scaled:
+        assert (sum(math.log(s.ratio(t, g)) ** 2 for t in s.target for g in similarity.MATCHED if math.isfinite(s.ratio(t, g)))
+                <= sum(math.log(s.ratio(t, g, s.literal)) ** 2 for t in s.target for g in similarity.MATCHED
+                       if math.isfinite(s.ratio(t, g, s.literal))) + 1e-9), f"{s.slice}: scaling moved away from the paper\n{table}"
+    undeclared = [m for m in misses if f"{m['technique']} {m['group']}" not in deviations.SIMILARITY_GROUPS]
+    assert not undeclared, "groups beyond the tolerance: " + "; ".join(
+        f"{m['slice']} {m['technique']} {m['group']} {m['this_run']:.3g} vs the paper's {m['paper']:.3g}" for m in undeclared)
+    if misses:
+        pytest.xfail("declared: " + "; ".join(
+            f"{m['slice']} {m['technique']} {m['group']} {m['ratio']:.2g}x off ({deviations.SIMILARITY_GROUPS[m['technique'] + ' ' + m['group']]})"
+            for m in misses))
+
+
 @pytest.fixture(scope="session")
 def memory_table(pytestconfig, claims_log):
     claims_log.memory = checks.memory_records(pytestconfig)
@@ -90,11 +122,13 @@ def test_memory_claim(claim, memory_table, claims_log, pytestconfig):
 
 
 def test_cost_model_ranks_the_trials_as_measured(backend, claims_log):
-    """harness.costmodel, calibrated on three of these trials, predicts the others: the ranking of
+    """harness.costmodel, calibrated on the run's calibration trials (or, on literal links, four of
+    these trials), predicts the others: the ranking of
     every all-VM trial agrees (Spearman >= 0.8), and on every two-site slice it names the same
     fastest and slowest technique. The full comparison goes to costmodel.md in the report."""
     recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
-    result = costmodel_check.check(recs)
+    result = costmodel_check.check(recs, per_tensor=not backend.runner.budget.combine,
+                                   calibration=claims_log.calibration or None)
     if claims_log.directory:
         claims_log.directory.mkdir(parents=True, exist_ok=True)
         (claims_log.directory / "costmodel.md").write_text(costmodel_check.markdown(result))
@@ -117,7 +151,7 @@ def test_select_decides_from_real_trials_on_this_cluster(backend, tmp_path):
         pytest.skip("no two-site slice in this run")
     measure = measured_selection.Trials(runner, sl, tmp_path / "results.jsonl")
     decisions = measured_selection.decide(measure, ["published", "corrected"], 0.1,
-                                      measured_selection.predictor(sl, runner.budget), 0.3)
+                                      measured_selection.predictor(runner.slices[sl.name], runner.budget), 0.3)
     recs = records.read(tmp_path / "results.jsonl")
     ran = {(r["technique"], tuple(r["cluster"]["vms_used"])) for r in recs}
     assert len(recs) == len(ran) == len(measured_selection.trial_table(measure))

@@ -1,0 +1,107 @@
+"""The links a run's trials go through (harness.calibration): the scaled slice, the literal
+links' records and bad input without a cluster; then the scaled path on the emulated cluster. The
+similarity test of the claims suite checks the groups."""
+import pytest
+
+from harness import calibration, claims, similarity, slices, trials
+from harness.config import Budget, model_config
+from harness.errors import BadInput
+from harness.suite.privileges import require_emulation
+
+from tests_cpu import claim_records
+
+
+def scaled(rtt_ms: float, rate: float) -> similarity.Scaled:
+    return similarity.Scaled("UTAH-GPN", 20.2, rtt_ms, rate)
+
+
+def test_a_scaled_slice_takes_the_rtt_and_a_rate_only_below_what_the_link_carries():
+    sl = slices.load("UTAH-GPN")
+    slow = calibration.scaled_slice(sl, scaled(61.5, 2e7), link_bytes_per_s=1e9)
+    assert (slow.name, slow.vms, slow.rtt_ms) == (sl.name, sl.vms, 61.5)
+    assert slow.rtt_between("vm1", "vm2") == pytest.approx(61.5)
+    assert slow.bandwidth_gbps == pytest.approx(2e7 * 8 / 1e9)
+    assert slow.shape("vm1", "vm2").bandwidth_gbps == pytest.approx(0.16)  # the emulated link gets the rate
+    full = calibration.scaled_slice(sl, scaled(61.5, 0.95e9), link_bytes_per_s=1e9)
+    assert full.bandwidth_gbps is None and full.shape("vm1", "vm2").delay_only  # TSO stays on: no rate to shape
+
+
+def test_the_vms_tcp_buffers_give_the_gradients_the_papers_number_of_windows():
+    sl = slices.load("UTAH-GPN")
+    # gpt2m itself: its gradients cross a gloo edge (2 ranks) in 2/3 of what a 4-GPU NCCL ring
+    # edge carries, so the same number of windows takes 2/3 of the stock 3 MiB window
+    assert calibration.tcp_buffer_bytes(model_config("gpt2m"), sl) == round(2 * 3 * 2**20 * 2 / 3)
+    small = calibration.tcp_buffer_bytes(model_config("scale-small"), sl)
+    assert small == calibration.MIN_TCP_BUFFER  # 51 kB would do; TCP needs a few segments in flight
+
+
+def test_literal_links_are_the_papers_and_the_records_say_so():
+    table_i = slices.table_i()
+    runner = trials.Runner(None, table_i, Budget(), 2)
+    scaling = calibration.apply(runner, calibration.LITERAL, keep=None)
+    assert scaling.mode == "literal" and scaling.scaled == []
+    assert runner.slices == {sl.name: sl for sl in table_i}
+    for sl in table_i:
+        assert runner.scaling[sl.name] == {"mode": "literal", "paper_rtt_ms": sl.rtt_ms, "paper_bandwidth_gbps": None,
+                                           "rtt_ms": sl.rtt_ms, "bandwidth_gbps": None}
+
+
+def test_a_bad_scaling_mode_is_named_before_any_trial():
+    runner = trials.Runner(None, [slices.load("UTAH-GPN")], Budget(), 2)
+    with pytest.raises(BadInput, match="link scaling: expected one of similarity, literal, got 'wind'"):
+        calibration.apply(runner, "wind", keep=None)
+
+
+def test_a_runner_moves_a_slice_to_another_link_but_not_to_other_vms():
+    sl = slices.load("UTAH-GPN")
+    runner = trials.Runner(None, [sl], Budget(), 2, calibration_trials=calibration.extra_trials([sl]))
+    # Data on all VMs: the sweep's trial, the calibration's and one per round of refinement
+    assert runner.schedule_steps == (2 + calibration.REFINE_ROUNDS) * (Budget().warmup_steps + Budget().repeats)
+    runner.set_slice(sl.with_rtt(61.5))
+    assert runner.slices["UTAH-GPN"].rtt_ms == 61.5 and runner.paper_slices["UTAH-GPN"].rtt_ms == 20.2
+    with pytest.raises(ValueError, match="not one of this run's"):
+        runner.set_slice(slices.load("TACC-TACC"))
+
+
+def test_a_slice_is_two_site_by_its_papers_rtt_whatever_link_it_ran_on():
+    recs = []
+    for name, paper, ran in (("TACC-TACC", 0.1, 3.0), ("UTAH-GPN", 20.2, 61.5)):
+        for t in ("Data", "Pipeshard"):
+            r = claim_records.trial(t, name, [1.0, 1.0, 1.0], rtt=ran)
+            r["cluster"]["network"]["scaling"] = {"mode": "similarity", "paper_rtt_ms": paper, "rtt_ms": ran}
+            recs.append(r)
+    table = claims.Table(recs)
+    assert claims.single_site(table) == ["TACC-TACC"] and claims.two_site(table) == ["UTAH-GPN"]
+    assert claims.rtt(table, "TACC-TACC") == 3.0  # what the link measured stays the RTT shown
+
+
+def test_similarity_scaling_calibrates_on_real_trials_and_runs_each_slice_on_its_scaled_link():
+    """The scaled path end to end on the emulated cluster, with the tiny model: four calibration
+    trials, a link per slice, and a trial whose record carries the paper's link and the one it ran
+    on, measured there. (`reproduce` runs the claims this way; pytest -m cpu keeps literal links.)"""
+    require_emulation()
+    table_i = [slices.load("TACC-TACC"), slices.load("UTAH-GPN")]
+    kept = []
+    buffers = calibration.tcp_buffer_bytes(model_config("scale-tiny"), table_i[0])
+    with trials.emulated(table_i, Budget(model="scale-tiny", combine=True),
+                         calibration_trials=calibration.extra_trials(table_i), tcp_buffer_bytes=buffers) as runner:
+        scaling = calibration.apply(runner, calibration.SIMILARITY, kept.append)
+        record = runner.measure(trials.Trial("Pipeshard", "UTAH-GPN", trials.ALL_VMS), lambda r: None)
+    rounds = calibration.REFINE_ROUNDS  # on UTAH-GPN, the one two-site slice
+    assert [(r["technique"], r["cluster"]["hosts"], r["status"]) for r in kept] == [
+        ("Data", 1, "ok"), ("ZeRO2", 2, "ok"), ("Shard", 2, "ok"), ("Data", 2, "ok")] + [("Data", 2, "ok")] * rounds
+    assert kept[3]["cluster"]["network"]["rtt_ms"] == pytest.approx(calibration.CALIBRATION_RTT_MS, abs=2.0)
+    assert all(r["cluster"]["slice"] == "UTAH-GPN" for r in kept[4:])  # refined on its own scaled link
+    c = scaling.calibration
+    assert c["device_flops"] > 0 and 0 < c["link_bytes_per_s"] and c["per_tensor"] is False
+    assert len(c["from_trials"]) == 4 + rounds and set(c["window_bytes_on"]) == {"UTAH-GPN"}
+    scaled = {s.slice: s for s in scaling.scaled}
+    assert scaled["TACC-TACC"].rtt_ms < scaled["UTAH-GPN"].rtt_ms  # the paper's slices stay in their order
+    s = scaled["UTAH-GPN"]
+    assert calibration.RTT_BOUNDS_MS[0] <= s.rtt_ms <= calibration.RTT_BOUNDS_MS[1]
+    network = record["cluster"]["network"]
+    assert record["status"] == "ok" and network["scaling"]["mode"] == "similarity"
+    assert network["scaling"]["paper_rtt_ms"] == 20.2 and network["scaling"]["rtt_ms"] == pytest.approx(s.rtt_ms)
+    assert network["scaling"]["tcp_buffer_bytes"] == buffers
+    assert all(d["tcp_buffer_bytes"] == buffers for d in network["links"].values())
+    assert network["rtt_ms"] == pytest.approx(s.rtt_ms, rel=0.1, abs=1.0)  # measured on the scaled link
