@@ -1,15 +1,18 @@
 """The links a run's trials go through: the paper's own (literal) or links made similar to them.
 
 Similarity scaling (similarity.py) sets each slice's emulated RTT and rate so that the scale model
-splits its steps as gpt2m did on the paper's GPUs. That needs what this machine does, not what it is
-assumed to do, so before the sweep four calibration trials run on the first slice's VMs, each
+splits its steps as gpt2m did on the paper's GPUs, on VMs whose TCP buffers give its gradients as
+many windows to cross as gpt2m's had (tcp_buffer_bytes: set when the VMs are made, for the whole
+run). That needs what this machine does, not what it is assumed to do, so before the sweep four
+calibration trials run on the first slice's VMs, each
 pinning mostly one figure of the cost model (costmodel_check.calibrate reads them):
 - Data on the first VM alone: a device's FLOP/s;
 - ZeRO2 on all VMs with no delay added: the rate at which a collective moves bytes between VMs
   (gloo on one core per VM moves them far slower than one TCP flow carries them);
 - Shard on all VMs with no delay added (a hundred small collectives a step): the fixed cost of one;
 - Data on all VMs at CALIBRATION_RTT_MS: the TCP window one flow of the collectives keeps;
-then, on each two-site slice, Data on the link solved so far, REFINE_ROUNDS times (see there).
+then, on each two-site slice, Data on the link solved so far, until the link settles (at most
+REFINE_ROUNDS times; see there).
 Their compiled steps are the sweep's, so they cost a few steps each. Their records are kept apart
 from the claims' trials (calibration.jsonl in the report) and every trial record carries its
 slice's paper link and the link it ran on (network.scaling).
@@ -28,10 +31,12 @@ LITERAL, SIMILARITY = "literal", "similarity"
 MODES = (SIMILARITY, LITERAL)
 # The first window is measured near Table I's nearest two-site slice (20.2 ms).
 CALIBRATION_RTT_MS = 20.0
-# The window a flow keeps grows with the RTT it runs at (Linux autotunes its buffers): 570 kB at
-# 20 ms, about 870 at 48 ms, measured. So a two-site slice's link is found in a closed loop: Data
-# runs on the link solved so far, the window is refit there, and the link is solved again.
+# What a flow keeps in flight depends on the RTT it runs at (with the kernel's buffers, measured:
+# 570 kB at 20 ms, about 870 at 48 ms; scaled buffers cap it). So a two-site slice's link is found
+# in a closed loop: Data runs on the link solved so far, the window is refit there, and the link
+# is solved again.
 REFINE_ROUNDS = 2
+SETTLED = 0.05  # the loop stops once a round moves the RTT by less than this share
 TWO_SITE_MS = 1.0  # a slice whose VMs are this far apart in the paper is at two sites (claims.two_site)
 # The paper's side of the groups: gpt2m, the model of the paper's timing tables, at the claims' setup.
 PAPER_MODEL = "gpt2m"
@@ -134,16 +139,18 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
                 raise CalibrationFailed(f"Data on {sl.name}'s scaled link failed, so it cannot be refined: "
                                         f"{record['status']} ({record['reason']})")
             here = costmodel_check.fit_window(net, device_flops, record)
-            s = scale_one(runner, sl, here, device_flops)
+            before, s = s, scale_one(runner, sl, here, device_flops)
             scaling.calibration["from_trials"].append(costmodel_check.label(record))
             scaling.calibration["window_bytes_on"][sl.name] = here.window_bytes
+            if abs(s.rtt_ms / before.rtt_ms - 1) < SETTLED:
+                break
         scaling.scaled[i] = s
         at = scaled_slice(sl, s, net.link_bytes_per_s)
         runner.set_slice(at)
         runner.scaling[sl.name] = {"mode": SIMILARITY, "paper_rtt_ms": sl.rtt_ms,
                                    "paper_bandwidth_gbps": sl.bandwidth_gbps, "rtt_ms": at.rtt_ms,
                                    "bandwidth_gbps": at.bandwidth_gbps,
-                                   "tcp_buffer_bytes": runner.network.tcp_buffer_bytes if runner.network else None}
+                                   "tcp_buffer_bytes": scaling.calibration["tcp_buffer_bytes"]}
     return scaling
 
 

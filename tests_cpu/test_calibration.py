@@ -87,7 +87,8 @@ def test_similarity_scaling_calibrates_on_real_trials_and_runs_each_slice_on_its
                          calibration_trials=calibration.extra_trials(table_i), tcp_buffer_bytes=buffers) as runner:
         scaling = calibration.apply(runner, calibration.SIMILARITY, kept.append)
         record = runner.measure(trials.Trial("Pipeshard", "UTAH-GPN", trials.ALL_VMS), lambda r: None)
-    rounds = calibration.REFINE_ROUNDS  # on UTAH-GPN, the one two-site slice
+    rounds = len(kept) - 4  # on UTAH-GPN, the one two-site slice, until its link settles
+    assert 1 <= rounds <= calibration.REFINE_ROUNDS
     assert [(r["technique"], r["cluster"]["hosts"], r["status"]) for r in kept] == [
         ("Data", 1, "ok"), ("ZeRO2", 2, "ok"), ("Shard", 2, "ok"), ("Data", 2, "ok")] + [("Data", 2, "ok")] * rounds
     assert kept[3]["cluster"]["network"]["rtt_ms"] == pytest.approx(calibration.CALIBRATION_RTT_MS, abs=2.0)

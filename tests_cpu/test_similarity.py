@@ -52,3 +52,21 @@ def test_a_group_the_scale_model_lacks_is_infinitely_off_not_skipped():
     s = similarity.Scaled("x", 20.0, 30.0, 1e9, target, model)
     assert s.worst_ratio("latency") == 2.0
     assert s.worst_ratio("bandwidth") == float("inf")  # Data's bandwidth group is missing in the model
+
+
+def test_a_miss_is_a_group_off_by_more_than_the_tolerance_unless_negligible_on_both_sides():
+    target = {"Data": {"latency": 6.0, "bandwidth": 0.01, "bubble": 0.0},
+              "Pipeshard": {"latency": 1.3, "bandwidth": 0.06, "bubble": 0.25}}
+    model = {"Data": {"latency": 4.0, "bandwidth": 0.04, "bubble": 0.0},  # 1.5x; 4x but both under 0.05
+             "Pipeshard": {"latency": 2.8, "bandwidth": 0.27, "bubble": 0.5}}  # 2.15x; 4.5x
+    s = similarity.Scaled("UTAH-GPN", 20.2, 6.3, 9e7, target, model, model)
+    assert [(m["technique"], m["group"]) for m in s.misses(similarity.TOLERANCE)] == [
+        ("Pipeshard", "latency"), ("Pipeshard", "bandwidth")]
+    doc = {"mode": "similarity", "tolerance": similarity.TOLERANCE, "misses": s.misses(similarity.TOLERANCE),
+           "calibration": {"device_flops": 2.2e10, "per_collective_s": 4.5e-3, "window_bytes": 35e3,
+                           "link_bytes_per_s": 9e7, "per_tensor": False, "from_trials": ["Data-UTAH-GPN-vm1"],
+                           "tcp_buffer_bytes": 72000, "window_bytes_on": {"UTAH-GPN": 35e3}},
+           "slices": [s.to_dict()]}
+    md = similarity.markdown(doc)
+    assert "| Pipeshard | latency | 1.3 | 2.8 | 2.8 | 2.15 |" in md and "2 groups beyond it" in md
+    assert "TCP buffers of 72 kB" in md and "on UTAH-GPN's scaled link the window is 35 kB" in md

@@ -19,12 +19,12 @@ def add_options(parser) -> None:
                 help="model every trial trains (default: %(default)s, the CPU scale model)")
     g.addoption("--trial-repeats", type=int, default=Budget.repeats, metavar="N",
                 help="timed steps per trial, at least 3 (default: %(default)s)")
-    g.addoption("--link-scaling", default="literal", choices=("literal", "similarity"),
-                help="the links the emulated trials run on: 'literal', the paper's RTTs, with the collectives "
-                     "as XLA's CPU runtime runs them (one per tensor); 'similarity', each slice's RTT and rate "
-                     "scaled so that the scale model has the paper's latency and bandwidth groups, with the "
-                     "collectives combined as on GPUs (`python -m harness reproduce` uses it unless --literal; "
-                     "default: %(default)s)")
+    g.addoption("--link-scaling", default="similarity", choices=("similarity", "literal"),
+                help="the links the emulated trials run on: 'similarity', each slice's RTT and rate (and the VMs' "
+                     "TCP buffers) scaled so that the scale model has the paper's latency and bandwidth groups, "
+                     "with the collectives combined as on GPUs; 'literal', the paper's RTTs with the kernel's "
+                     "buffers and the collectives as XLA's CPU runtime runs them, one per tensor "
+                     "(`python -m harness reproduce --literal`; default: %(default)s)")
     g.addoption("--memory-models", default="gpt2m,gpt2L", metavar="LIST",
                 help="paper-scale models for the memory claims (default: %(default)s)")
     g.addoption("--report-dir", default=os.environ.get(REPORT_ENV), metavar="DIR",
