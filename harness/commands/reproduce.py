@@ -33,7 +33,7 @@ MODES = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="two slices (TACC-TACC, UTAH-GPN) and 3 repeats: about 8 minutes on a 2-core machine "
-                        "(default: all five Table I slices, 5 repeats: about 37 minutes)")
+                        "(default: all five Table I slices, 5 repeats: about 50 minutes)")
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help="run the claims on this slice instead (repeatable): a Table I name or your own slice file")
     p.add_argument("--literal", action="store_true",

@@ -63,8 +63,8 @@ _PIPESHARD_GROUPS = ("at the scaled link Pipeshard's groups add up to 3.6 times 
                      "Data on one VM 0.31 s per step of 4")
 _GLOO_DATA_ZERO2 = ("with the gradients combined, Data and ZeRO2 move the same bytes in one all-reduce or in a "
                     "reduce-scatter and an all-gather, and which is faster on the CPU is gloo's doing, not the "
-                    "link's: measured, ZeRO2 7% faster at the buffer-limited 6.4 ms (3.21 against 3.44 s per step), "
-                    "Data 20-35% faster at 48-67 ms with the kernel's buffers, ZeRO2 13% faster at 0.5 ms; at paper "
+                    "link's: measured with the scaled TCP buffers, ZeRO2 7-14% faster on every two-site slice (quick "
+                    "and full runs), while with the kernel's buffers Data was 20-35% faster at 48-67 ms; at paper "
                     "scale the cost model puts the two within 1% of each other on every slice")
 SIMILARITY_LINKS = {
     "C1.single-site": {"Pipeshard vs Data": _BUBBLE_AND_TRANSFERS, "Pipeshard vs ZeRO2": _BUBBLE_AND_TRANSFERS},
@@ -87,7 +87,7 @@ _ACTIVATIONS = ("Pipeshard sends one microbatch's activations per tick where Dat
 _SHARD_LOOPS = ("Shard crosses the link 4 times per layer and microbatch in small messages; gpt2m has 24 layers and 4 "
                 "microbatches, the scale model 4 and 2, so at the RTT that gives Data the paper's latency group "
                 "(Data's round trips are set by its gradient bytes per TCP window) Shard crosses it too few times: "
-                "its latency group comes out 3-5 times under the paper's")
+                "its latency group comes out about 5 times under the paper's (3-4 with per-tensor collectives)")
 
 SIMILARITY_GROUPS = {
     "Data bandwidth": _COLLECTIVE_RATE, "ZeRO2 bandwidth": _COLLECTIVE_RATE, "Shard bandwidth": _COLLECTIVE_RATE,
