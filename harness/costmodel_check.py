@@ -10,8 +10,8 @@ themselves, each from a named trial that is then left out of the comparison:
   RTT, solved together; gloo on one core per VM moves bytes far slower than one TCP flow would.
 Everything else is predicted: the other techniques, the one-VM runs, the other RTTs. The delay
 link's own rate is measured by the run (one TCP flow at no added delay, in each all-VM record's
-network section): it bounds the collectives' rate; its MTU is network.MTU; gloo, JAX's CPU collectives, runs one ring rank per
-VM (one process each).
+network section): it bounds the collectives' rate; its MTU is network.MTU; gloo, JAX's CPU
+collectives, runs one ring rank per VM (one process each).
 
 The verdict is rank agreement (Spearman) across techniques on each slice and across RTTs for
 each technique, and the error of every prediction, in costmodel.md next to the claims; the
@@ -84,8 +84,9 @@ def _solve(f, target: float, lo: float, hi: float) -> float:
 
 def calibrate(recs: list[dict], per_tensor: bool = True) -> tuple[Network, float, list[str]]:
     """(network, FLOP/s per device, the trials used) from the records of an emulated run: the
-    device rate from Data on one VM; the cost of one collective from ZeRO2 (a reduce-scatter and an all-gather per bucket) on
-    all VMs at the lowest RTT; the window from Data on all VMs at the lowest two-site RTT.
+    device rate from Data on one VM; a collective's rate and fixed cost from ZeRO2 and Shard on all
+    VMs at the lowest RTT (from ZeRO2 alone, the fixed cost only, where Shard did not run); the
+    window from Data on all VMs at the lowest two-site RTT.
     per_tensor: the trials ran one collective per gradient tensor (Budget.combine off)."""
     ok = [r for r in recs if r["status"] == "ok" and r["timing"]["median_step_s"] and r["cluster"]["slice"]]
     rtt = lambda r: r["cluster"]["network"]["rtt_ms"] or 0.0
@@ -144,7 +145,7 @@ def label(r: dict) -> str:
 def check(recs: list[dict], per_tensor: bool = True, calibration: list[dict] | None = None) -> dict:
     """Predicted vs measured for every successful trial; rank agreement and errors. calibration:
     the run's own calibration trials (harness.calibration), so that every trial of recs is judged;
-    without them, three of recs calibrate and are left out."""
+    without them, the trials of recs that calibrate are left out."""
     net, device_flops, used = calibrate(calibration or recs, per_tensor)
     left_out = [] if calibration else used
     rows = []

@@ -8,6 +8,7 @@ cannot show. The cluster is torn down when the module's tests are done, not held
 processes and workers) through the rest of the session, where it would disturb other timings.
 """
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -91,7 +92,8 @@ def open_backend(config, kind: Kind, log=None):
     # Similarity scaling is for the CPU scale model; GPUs run the paper's models on the paper's links.
     mode = options.link_scaling(config) if kind is Kind.EMULATED_CPU else calibration.LITERAL
     platform, declared = ("cpu", deviations.SCALE_MODEL[mode]) if kind is Kind.EMULATED_CPU else ("gpu", {})
-    budget, scaled = options.budget(config), mode == calibration.SIMILARITY
+    scaled = mode == calibration.SIMILARITY
+    budget = dataclasses.replace(options.budget(config), combine=scaled)  # GPU-like collectives go with the scaling
     extra = calibration.extra_trials(chosen) if scaled else 0
     buffers = calibration.tcp_buffer_bytes(model_config(budget.model), chosen[0]) if scaled else None
     with trials.emulated(chosen, budget, platform=platform, calibration_trials=extra,
@@ -99,7 +101,7 @@ def open_backend(config, kind: Kind, log=None):
         keep = log.add_calibration if log is not None else (lambda record: None)
         scaling = calibration.apply(runner, mode, keep)
         if log is not None:
-            log.scaling = scaling
+            log.scaling, log.budget = scaling, budget
         yield Backend(kind, runner, chosen, wanted, declared, scaling)
 
 

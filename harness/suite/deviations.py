@@ -75,7 +75,7 @@ SIMILARITY_LINKS = {
 
 # The groups similarity scaling cannot match with the scale model (the similarity test; keyed
 # "technique group"), each by its mechanism. The figures are from similarity.md of the runs.
-_COLLECTIVE_RATE = ("the scale model's collectives move bytes between VMs at gloo's rate on one core per VM (30-100 MB/s "
+_COLLECTIVE_RATE = ("the scale model's collectives move bytes between VMs at gloo's rate on one core per VM (30-130 MB/s "
                     "calibrated, far below what one TCP flow carries) and pay a fixed cost per collective and transfer "
                     "(1-8 ms), so with no delay their communication weighs 2-5 times what gpt2m's did on 25 Gbit/s; a "
                     "link cannot be made faster than the collectives that use it, so the solver leaves it unshaped")

@@ -20,6 +20,7 @@ class ClaimsLog:
         self.verdicts: dict[str, dict] = {}
         self.calibration: list[dict] = []  # the calibration trials' records (harness.calibration)
         self.scaling = None  # harness.calibration.Scaling of the run's links
+        self.budget = None  # the trials' Budget as the backend ran them
         self.similarity: dict | None = None  # the groups, paper scale vs this run (the similarity test)
         self.started = time.time()
         directory = config.getoption("--report-dir")
@@ -44,8 +45,8 @@ class ClaimsLog:
         from harness.suite.checks import MEMORY_ASSUMPTIONS
 
         context = {"slices": ", ".join(sl.name for sl in options.claim_slices(self.config)),
-                   "trial budget": str(options.budget(self.config)),
-                   "links": options.link_scaling(self.config),
+                   "trial budget": str(self.budget or options.budget(self.config)),
+                   "links": self.scaling.mode if self.scaling else options.link_scaling(self.config),
                    "memory assumptions": str(MEMORY_ASSUMPTIONS),
                    "trials run": len(self.trials), "wall time (s)": round(time.time() - self.started),
                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
