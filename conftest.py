@@ -14,6 +14,9 @@ from harness.suite import options
 # Four CPU devices in the test process, so that one process can play a 1x4, 2x2 or 4x1 cluster.
 # Set before JAX is imported anywhere; it has no effect on GPU backends.
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
+# On a GPU, this process takes memory as it needs it instead of 75% of it at its first look at
+# the devices: emulated VMs' worker processes share the GPU with it (harness/cluster/layout.py).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 MARKER_BY_DIR = {"tests_cpu": "cpu", "tests_gpu": "gpu", "tests_fabric": "fabric"}
 # The claims' options, fixtures and markers come from the harness's own pytest plugin

@@ -5,6 +5,7 @@ The paper's models are GPT-2 shapes with 1024 positions (docs/paper.md, "Models"
 share the architecture exactly and differ only in size, so that everything measured on a CPU
 runs the same code as a paper-scale run.
 """
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -19,6 +20,14 @@ class Technique(StrEnum):
     PIPESHARD = "Pipeshard"
 
 
+ATTENTION = ("auto", "xla", "cudnn")
+# A run's arithmetic: float32 is XLA's default, float32 matmuls as TF32 on GPUs that have it
+# (Ampere, Hopper); float32-full asks for full float32 matmuls (jax_default_matmul_precision
+# highest), as the paper's T4 and RTX 6000 ran, having no TF32; bfloat16 and float16 compute in 16
+# bits, parameters and optimizer state staying float32.
+PRECISIONS = ("float32", "float32-full", "bfloat16", "float16")
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     name: str
@@ -30,6 +39,9 @@ class GPTConfig:
     tie_embeddings: bool = True  # GPT-2 and the paper's likely setup share input/output embeddings
     dropout: float = 0.0  # the Alpa/HF example trains GPT-2 without dropout
     dtype: str = "float32"  # compute dtype; parameters and optimizer state stay float32
+    # auto: cuDNN's fused attention where it applies (a GPU computing in 16 bits), which never
+    # keeps the [seq, seq] scores; XLA's otherwise. Or xla, cudnn.
+    attention: str = "auto"
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"):
@@ -41,6 +53,8 @@ class GPTConfig:
             raise BadInput(f"model {self.name}: dropout must be in [0, 1), got {self.dropout}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise BadInput(f"model {self.name}: dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.attention not in ATTENTION:
+            raise BadInput(f"model {self.name}: attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
 
     @property
     def head_dim(self) -> int:
@@ -140,11 +154,23 @@ class Budget:
     # combiners and NCCL do (techniques/buckets.py); False: one collective per tensor, as XLA's CPU
     # runtime runs even a combined one.
     combine: bool = False
+    precision: str = "float32"  # one of PRECISIONS
 
     def __post_init__(self):
         model_config(self.model)  # names the bad model before anything starts
+        if self.precision not in PRECISIONS:
+            raise BadInput(f"trial budget: precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         for name in ("batch_per_gpu", "micro_batches", "repeats"):
             if getattr(self, name) < 1:
                 raise BadInput(f"trial budget: {name} must be positive, got {getattr(self, name)}")
         if self.repeats < 3:
             raise BadInput(f"trial budget: repeats must be at least 3 for timed comparisons, got {self.repeats}")
+
+    @property
+    def model_cfg(self) -> "GPTConfig":
+        """The model the trials train, computing in the budget's precision."""
+        return dataclasses.replace(model_config(self.model), dtype=compute_dtype(self.precision))
+
+
+def compute_dtype(precision: str) -> str:
+    return precision.removesuffix("-full")

@@ -27,10 +27,10 @@ def describe() -> dict:
     }
 
 
-def peak(dtype: str) -> tuple[float | None, str | None]:
+def peak(dtype: str, full_fp32: bool | None = None) -> tuple[float | None, str | None]:
     """(the device's peak TFLOP/s for MFU, the arithmetic it is the peak of: float32, tf32,
     bfloat16, float16), when it is a GPU the suite knows; (None, None) on CPU. Full-precision float32
-    is what jax_default_matmul_precision = "highest" asks for."""
+    is what jax_default_matmul_precision = "highest" asks for; full_fp32=None reads that setting here."""
     import jax
 
     from harness import hardware
@@ -39,4 +39,6 @@ def peak(dtype: str) -> tuple[float | None, str | None]:
     accelerator = hardware.identify(device.device_kind) if device.platform == "gpu" else None
     if accelerator is None:
         return None, None
-    return accelerator.peak_for(dtype, full_fp32=jax.config.jax_default_matmul_precision in ("highest", "float32"))
+    if full_fp32 is None:
+        full_fp32 = jax.config.jax_default_matmul_precision in ("highest", "float32")
+    return accelerator.peak_for(dtype, full_fp32=full_fp32)

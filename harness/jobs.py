@@ -4,6 +4,7 @@ execute(job) is the same function whether it runs in this process (all devices l
 every process of a multi-process run (one process per VM, joined by jax.distributed); that is
 what makes "same numbers in one process and in several" a test of the techniques, not of glue.
 """
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ class Job:
     options: dict = field(default_factory=dict)  # technique options, e.g. micro_batches
     corpus: str | None = None
     corpus_config: str | None = None
+    full_fp32: bool = False  # compile with full float32 matmuls (no TF32), as config.PRECISIONS says
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -55,7 +57,9 @@ def start(job: Job, budget_steps: int | None = None) -> tuple[train.Stepper, str
     packed = data.prepare(model_cfg.vocab_size, seq_len, cfg.batch_size, corpus)
     total = budget_steps or train.total_steps(cfg, packed)  # steps or epochs
     plan = tech.build(model_cfg, shape, cfg, total)
-    return train.plan_stepper(plan, model_cfg, cfg, packed, train.TrainRun(total)), plan.describe()
+    # The precision is fixed when the step is compiled: the compiled step keeps it.
+    with jax.default_matmul_precision("highest") if job.full_fp32 else contextlib.nullcontext():
+        return train.plan_stepper(plan, model_cfg, cfg, packed, train.TrainRun(total)), plan.describe()
 
 
 def execute(job: Job) -> dict:

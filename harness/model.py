@@ -39,14 +39,27 @@ class Attention(nnx.Module):
                                       dtype=dtype, rngs=rngs)
 
     def __call__(self, x):
-        seq = x.shape[1]
         qkv = self.qkv(x)  # [batch, seq, 3, heads, head_dim]
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(self.cfg.head_dim)
-        causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
-        scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        return self.proj(jnp.einsum("bhqk,bkhd->bqhd", probs, v))
+        return self.proj(attention(q, k, v, self.cfg))
+
+
+def attention(q, k, v, cfg: GPTConfig):
+    """Causal attention over [batch, seq, heads, head_dim], with cfg.attention's implementation;
+    auto tries cuDNN's fused kernel where it applies and falls back to XLA's where cuDNN refuses
+    the shapes or is missing."""
+    def run(implementation):
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(cfg.head_dim),
+                                            implementation=implementation)
+
+    if cfg.attention != "auto":
+        return run(cfg.attention)
+    if jax.default_backend() == "gpu" and cfg.dtype != "float32":  # cuDNN's kernel has no float32
+        try:
+            return run("cudnn")
+        except (RuntimeError, ValueError, NotImplementedError):
+            pass
+    return run("xla")
 
 
 class MLP(nnx.Module):

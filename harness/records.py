@@ -94,10 +94,11 @@ class Placement:
 
 
 def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str = "ok", reason: str | None = None,
-          memory: dict | None = None, peak: float | None = None) -> dict:
+          memory: dict | None = None, peak: float | None = None, full_fp32: bool | None = None) -> dict:
     """The record of a training run: model_cfg and cfg (config.GPTConfig, TrainConfig), the packed
     corpus and the train.TrainRun (either may be None: a compile-only analysis, a run that failed
-    before its first step); peak TFLOP/s for MFU defaults to the device's own."""
+    before its first step); peak TFLOP/s for MFU defaults to the device's own, for the arithmetic
+    that ran (full_fp32: float32 matmuls without TF32; None: as this process's JAX is set)."""
     cluster = where.cluster
     n_devices = cluster["hosts"] * cluster["devices_per_host"]
     seq_len = data.seq_len if data else cfg.resolved_seq_len(model_cfg)
@@ -106,7 +107,7 @@ def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str
     alpa = flops.alpa_step_flops(model_cfg, cfg.batch_size, seq_len)
     rule = flops.rule_step_flops(model_cfg, cfg.batch_size, seq_len)
     per_epoch = data.steps_per_epoch(cfg.batch_size) if data else None
-    peak, arithmetic = (peak, "given") if peak is not None else environment.peak(model_cfg.dtype)
+    peak, arithmetic = (peak, "given") if peak is not None else environment.peak(model_cfg.dtype, full_fp32)
     return new_record(
         technique=where.technique,
         backend="jax",

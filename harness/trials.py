@@ -19,10 +19,10 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from harness import data, records, train
-from harness.cluster import protocol
+from harness.cluster import layout, protocol
 from harness.cluster.driver_client import DriverClient, DriverError
 from harness.cluster.ray_nodes import RayCluster
-from harness.config import Budget, Technique, TrainConfig, model_config
+from harness.config import Budget, Technique, TrainConfig
 from harness.emulation.network import EmulatedNetwork
 from harness.errors import BadInput
 from harness.jobs import Job
@@ -82,13 +82,16 @@ class Runner:
 
     def __init__(self, driver: DriverClient, slices: list[Slice], budget: Budget, devices_per_host: int,
                  network: EmulatedNetwork | None = None, platform: str = "cpu", step_timeout_s: float = 600,
-                 calibration_trials: int = 0):
+                 calibration_trials: int = 0, processes: dict | None = None):
+        """processes: each VM's worker processes (harness.cluster.layout); None: one per VM, which
+        on GPUs holds the GPUs Ray gives the VM (a live slice)."""
         self.driver, self.budget, self.network, self.platform = driver, budget, network, platform
+        self.processes = processes
         self.slices = {sl.name: sl for sl in slices}  # the links the trials run on (set_slice changes them)
         self.paper_slices = dict(self.slices)  # the slices as given: the paper's links
         self.scaling: dict[str, dict] = {}  # slice -> how its link was scaled (harness.calibration)
         self.devices_per_host, self.step_timeout_s = devices_per_host, step_timeout_s
-        self.model_cfg = model_config(budget.model)
+        self.model_cfg = budget.model_cfg
         self.groups: dict[tuple, str] = {}  # VMs -> worker group
         self.built: dict[tuple, dict | TrialFailed] = {}  # (VMs, technique) -> build answer or failure
         self.rtt_ms: dict[str, float] = {}  # measured, per slice
@@ -124,7 +127,8 @@ class Runner:
         if trial.technique in (Technique.DATA, Technique.ZERO2):
             options["combine"] = self.budget.combine
         return Job(trial.technique, dataclasses.asdict(self.model_cfg), hosts, devices,
-                   train=dataclasses.asdict(self.train_config(trial)), options=options)
+                   train=dataclasses.asdict(self.train_config(trial)), options=options,
+                   full_fp32=self.budget.precision == "float32-full")
 
     # -- running ------------------------------------------------------------------------------
     def prepare(self, trial: Trial) -> TrialResult:
@@ -226,8 +230,11 @@ class Runner:
     def _group(self, vms: tuple) -> str:
         if vms not in self.groups:
             name = "+".join(vms)
-            self.driver.request({"do": "open", "group": name, "vms": list(vms),
-                                 "devices_per_host": self.devices_per_host, "platform": self.platform})
+            request = {"do": "open", "group": name, "vms": list(vms), "devices_per_host": self.devices_per_host,
+                       "platform": self.platform}
+            if self.processes is not None:
+                request["layout"] = {vm: [p.to_dict() for p in self.processes[vm]] for vm in vms}
+            self.driver.request(request)
             self.groups[vms] = name
         return self.groups[vms]
 
@@ -268,32 +275,38 @@ class Runner:
         if crosses and self.network is not None:
             network["links"] = {k: v for k, v in self.network.settings().items() if set(k.split(">")) <= set(vms)}
             network["packets"] = result.packets
-        where = records.Placement(trial.technique, self.budget.micro_batches, result.info.get("description"), {
-            "slice": trial.slice, "vms_used": vms, "hosts": len(vms), "devices_per_host": self.devices_per_host,
-            "network": network})
+        cluster = {"slice": trial.slice, "vms_used": vms, "hosts": len(vms), "devices_per_host": self.devices_per_host,
+                   "network": network}
+        if self.processes is not None:
+            cluster["processes_per_host"] = len(self.processes[vms[0]])
+            cluster["gpu_sharing"] = layout.sharing(self.processes, vms)
+        where = records.Placement(trial.technique, self.budget.micro_batches, result.info.get("description"), cluster)
         return records.build(self.model_cfg, cfg, packed, run if result.step_times_s else None, where,
-                             result.status, result.reason,
+                             result.status, result.reason, full_fp32=self.budget.precision == "float32-full",
                              memory={"bytes_per_device": result.info.get("bytes_per_device"),
                                      "source": "xla-memory-analysis of the compiled step" if result.info else None})
 
 
 @contextlib.contextmanager
 def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu", calibration_trials: int = 0,
-             tcp_buffer_bytes: int | None = None):
+             tcp_buffer_bytes: int | None = None, split_processes: bool = False):
     """One emulated cluster for slices that share a shape (VM names and GPUs per VM); on platform
-    gpu each emulated VM gets its own GPUs of this machine. calibration_trials: trials some
-    technique runs before the sweep (harness.calibration), which its optimizer schedule spans;
-    tcp_buffer_bytes: the VMs' TCP buffers (None: the kernel's)."""
+    gpu each emulated VM gets GPUs of this machine, its own or shares of them where there are too
+    few (harness.cluster.layout). calibration_trials: trials some technique runs before the sweep
+    (harness.calibration), which its optimizer schedule spans; tcp_buffer_bytes: the VMs' TCP
+    buffers (None: the kernel's); split_processes: on CPU, one process per device, as GPUs shared."""
     base = slices[0]
     for sl in slices[1:]:
         if [(vm.name, vm.gpus) for vm in sl.vms] != [(vm.name, vm.gpus) for vm in base.vms]:
             raise BadInput(f"slice {sl.name} ({sl.source}): one emulated run needs slices with the same VMs "
                            f"and GPUs per VM as {base.name}")
-    with EmulatedNetwork(base, cpu_only=platform == "cpu", tcp_buffer_bytes=tcp_buffer_bytes) as net, \
+    vms = [(vm.name, vm.gpus) for vm in base.vms]
+    processes = layout.gpu(vms, layout.visible_gpus()) if platform == "gpu" else layout.cpu(vms, split_processes)
+    with EmulatedNetwork(base, tcp_buffer_bytes=tcp_buffer_bytes) as net, \
             RayCluster(net) as cluster, \
             cluster.driver() as driver:
         yield Runner(driver, slices, budget, base.gpus_per_vm, network=net, platform=platform,
-                     calibration_trials=calibration_trials)
+                     calibration_trials=calibration_trials, processes=processes)
 
 
 @contextlib.contextmanager

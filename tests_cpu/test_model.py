@@ -57,6 +57,17 @@ def test_attention_is_causal():
     assert not jnp.allclose(a[:, 20:], b[:, 20:], atol=1e-3)
 
 
+def test_attention_is_softmax_of_scaled_scores_over_the_past():
+    """jax.nn.dot_product_attention (XLA's here, cuDNN's fused kernel on a GPU in 16 bits) computes
+    what GPT-2's attention is, written out: softmax(q k^T / sqrt(d)) v over the causal past."""
+    cfg = model_config("scale-tiny")
+    q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 16, cfg.n_head, cfg.head_dim))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(cfg.head_dim)
+    scores = jnp.where(jnp.tril(jnp.ones((16, 16), bool)), scores, -jnp.inf)
+    written_out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+    assert jnp.allclose(model.attention(q, k, v, cfg), written_out, atol=1e-5)
+
+
 def test_tied_model_has_no_separate_output_matrix():
     _, tied = model.init(model_config("scale-tiny"))
     _, untied = model.init(GPTConfig(**{**model_config("scale-tiny").__dict__, "tie_embeddings": False}))
@@ -78,6 +89,7 @@ def test_compiled_program_does_not_grow_with_depth():
     ({"n_embd": 100, "n_head": 3}, "n_embd 100 is not divisible by n_head 3"),
     ({"n_layer": 0}, "n_layer must be positive"),
     ({"dtype": "float64"}, "dtype must be"),
+    ({"attention": "flash"}, "attention must be one of auto, xla, cudnn, got 'flash'"),
 ])
 def test_bad_model_config_is_rejected_with_the_field_named(fields, message):
     base = {"name": "bad", "n_layer": 2, "n_head": 4, "n_embd": 64}

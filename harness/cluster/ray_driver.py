@@ -10,6 +10,8 @@ It reads requests on stdin, one JSON object per line, and answers each with one 
                                           -> per VM, the results of harness.cluster.worker running the jobs
     {"do": "open", "group": g, "vms": [...], "devices_per_host": d}
                                           -> a worker server (harness.cluster.worker --serve) per VM, kept
+"train" and "open" may carry "layout": {vm: [process, ...]} (harness.cluster.layout): the worker
+processes of each VM, their devices and environments, in place of one process per VM.
     {"do": "call", "group": g, "request": {...}, "timeout": s}
                                           -> per VM, that server's answer to the request
     {"do": "close", "group": g}
@@ -20,6 +22,7 @@ custom resource); each starts `python -m harness.cluster.worker`, which brings u
 VM1's actor as coordinator, exactly as the local launcher does.
 """
 import ctypes
+import itertools
 import json
 import os
 import selectors
@@ -33,6 +36,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from harness.cluster import protocol
+from harness.cluster.layout import Process
 from harness.cluster.local import describe_failure
 from harness.cluster.worker import environment
 from harness.emulation import probe
@@ -48,19 +52,41 @@ def _die_with_parent() -> None:
 
 @ray.remote(num_cpus=1)
 class VMWorker:
+    """A VM's pinned actor; it starts the VM's worker processes (one, or one per shared GPU)."""
+
     def __init__(self):
-        self.server: subprocess.Popen | None = None
+        self.servers: list[tuple[subprocess.Popen, object]] = []  # (process, its stderr log)
 
     def address(self) -> str:
         return ray.util.get_node_ip_address()  # the VM's address as its Ray node was started with
 
-    def train(self, jobs: list, env: dict, timeout: float) -> list:
-        result = subprocess.run([sys.executable, "-m", "harness.cluster.worker"], input=json.dumps(jobs), text=True,
-                                capture_output=True, env={**os.environ, **env}, timeout=timeout,
-                                preexec_fn=_die_with_parent)
-        if result.returncode:
-            raise RuntimeError(f"the worker on {self.address()} {describe_failure(result.returncode, result.stderr)}")
-        return json.loads(result.stdout.strip().splitlines()[-1])
+    def train(self, jobs: list, envs: list[dict], timeout: float) -> list:
+        """Every process of the VM runs the jobs; the first one's results come back."""
+        procs = []
+        try:
+            for env in envs:
+                out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+                procs.append((subprocess.Popen([sys.executable, "-m", "harness.cluster.worker"], text=True,
+                                               stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                               env={**os.environ, **env}, preexec_fn=_die_with_parent), out, err))
+            for proc, _, _ in procs:  # each gets its jobs before any waits for the others
+                proc.stdin.write(json.dumps(jobs))
+                proc.stdin.close()
+            for proc, _, _ in procs:
+                proc.wait(timeout=timeout)
+            results = []
+            for proc, out, err in procs:
+                out.seek(0), err.seek(0)
+                if proc.returncode:
+                    raise RuntimeError(f"the worker on {self.address()} {describe_failure(proc.returncode, err.read())}")
+                results.append(json.loads(out.read().strip().splitlines()[-1]))
+            return results[0]
+        finally:
+            for proc, out, err in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                out.close(), err.close()
 
     # The probes run as processes of their own, as `harness emulate` runs them: in a thread of the
     # actor they would share its interpreter with Ray's threads and read ~0.5 ms high.
@@ -76,39 +102,54 @@ class VMWorker:
                               str(count)], capture_output=True, text=True, check=True, timeout=120)
         return json.loads(out.stdout)["rtt_ms"]
 
-    def open(self, env: dict) -> None:
-        self.log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker never blocks
-        self.server = subprocess.Popen([sys.executable, "-m", "harness.cluster.worker", "--serve"], text=True,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                       env={**os.environ, **env}, preexec_fn=_die_with_parent)
+    def open(self, envs: list[dict]) -> None:
+        for env in envs:
+            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker never blocks
+            self.servers.append((subprocess.Popen([sys.executable, "-m", "harness.cluster.worker", "--serve"],
+                                                  text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                  stderr=log, env={**os.environ, **env},
+                                                  preexec_fn=_die_with_parent), log))
 
     def send(self, request: dict) -> None:
-        self.server.stdin.write(json.dumps(request) + "\n")
-        self.server.stdin.flush()
+        for server, _ in self.servers:
+            server.stdin.write(json.dumps(request) + "\n")
+            server.stdin.flush()
 
     def answer(self, timeout: float) -> dict:
+        """The VM's answer: its first process's, unless another of its processes failed."""
+        answers = [self._answer(server, log, timeout) for server, log in self.servers]
+        return next((a for a in answers if protocol.problem(a)), answers[0])
+
+    def _answer(self, server: subprocess.Popen, log, timeout: float) -> dict:
         with selectors.DefaultSelector() as sel:
-            sel.register(self.server.stdout, selectors.EVENT_READ)
+            sel.register(server.stdout, selectors.EVENT_READ)
             if not sel.select(timeout):
                 self.close()
                 raise TimeoutError(f"the worker on {self.address()} did not answer within {timeout:.0f} s")
-        line = self.server.stdout.readline()
+        line = server.stdout.readline()
         if not line:
-            self.server.wait()
-            self.log.seek(0)
-            raise RuntimeError(f"the worker on {self.address()} "
-                               f"{describe_failure(self.server.returncode, self.log.read())}")
+            server.wait()
+            log.seek(0)
+            raise RuntimeError(f"the worker on {self.address()} {describe_failure(server.returncode, log.read())}")
         return json.loads(line)
 
     def close(self) -> None:
-        if self.server and self.server.poll() is None:
-            self.server.kill()
-            self.server.wait()
+        for server, _ in self.servers:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
 
 
-def env_for(request: dict, coordinator: str, vms: list[str], i: int, port: int = COORDINATOR_PORT) -> dict:
-    return environment(f"{coordinator}:{port}", len(vms), i, request["devices_per_host"],
-                       request.get("platform", "cpu"), request.get("heartbeat_s", 30), host=vms[i])
+def envs_for(request: dict, coordinator: str, vms: list[str], port: int = COORDINATOR_PORT) -> list[list[dict]]:
+    """Each VM's processes' environments: the request's layout (harness.cluster.layout), or one
+    process per VM with devices_per_host devices; process ids run VM by VM."""
+    given = request.get("layout")
+    per_vm = ([[Process.from_dict(p) for p in given[vm]] for vm in vms] if given
+              else [[Process(request["devices_per_host"])] for _ in vms])
+    ids = itertools.count()
+    total = sum(map(len, per_vm))
+    return [[{**environment(f"{coordinator}:{port}", total, next(ids), p.devices, request.get("platform", "cpu"),
+                            request.get("heartbeat_s", 30)), **p.env} for p in procs] for procs in per_vm]
 
 
 class DriverServer:
@@ -144,13 +185,16 @@ class DriverServer:
         vms = request.get("vms") or request["all_vms"]
         if do == "rtt":
             vms = [request["a"], request["b"]]
-        gpus = request["devices_per_host"] if do in ("open", "train") and request.get("platform") == "gpu" else 0
+        # A live slice's VM gets its GPUs from Ray; an emulated one's processes are told theirs.
+        held = do in ("open", "train") and request.get("platform") == "gpu" and not request.get("layout")
+        gpus = request["devices_per_host"] if held else 0
         group, actors = self.pinned(vms, gpus)
         addresses = ray.get([a.address.remote() for a in actors])
         if do == "open":
             self.opened += 1
             port = COORDINATOR_PORT + self.opened
-            ray.get([a.open.remote(env_for(request, addresses[0], vms, i, port)) for i, a in enumerate(actors)])
+            envs = envs_for(request, addresses[0], vms, port)
+            ray.get([a.open.remote(e) for a, e in zip(actors, envs)])
             self.groups[request["group"]] = (group, vms, actors)
             return {}
         try:
@@ -161,9 +205,9 @@ class DriverServer:
                 rtts = ray.get(actors[0].ping.remote(addresses[1], request.get("count", probe.PROBES)))
                 return probe.min_rtt_ms(rtts)
             if do == "train":
-                return dict(zip(vms, ray.get([a.train.remote(request["jobs"], env_for(request, addresses[0], vms, i),
-                                                             request.get("timeout", 900))
-                                              for i, a in enumerate(actors)])))
+                envs = envs_for(request, addresses[0], vms)
+                return dict(zip(vms, ray.get([a.train.remote(request["jobs"], e, request.get("timeout", 900))
+                                              for a, e in zip(actors, envs)])))
             raise ValueError(f"unknown request {do!r}")
         finally:
             for a in actors:

@@ -1,6 +1,8 @@
 """Ray on an emulated slice, as on the paper's: one Ray node per VM, started inside the VM's namespace,
 the head on VM1 and a worker on every other VM, each with its own temp dir, no dashboard and no
-usage stats, a custom resource naming its VM, and the VM's CPU and GPU counts.
+usage stats, a custom resource naming its VM, and the VM's CPU count. GPUs are not Ray's to hand
+out here: the driver is told each VM's processes and GPUs (harness.cluster.layout), which may
+share this machine's GPUs.
 
 The driver runs where the paper's ran, on VM1 (a Ray driver needs a local node): RayCluster.driver()
 starts it inside VM1's namespace (harness.cluster.driver_client); on a live slice the same client
@@ -45,8 +47,6 @@ class RayCluster:
         self.address = f"{net.address[self.head]}:{PORT}"
         self.started: list[str] = []
         self.cores = share_cores([vm.name for vm in net.slice.vms])
-        first = [sum(vm.gpus for vm in net.slice.vms[:i]) for i in range(len(net.slice.vms))]
-        self.gpus = {vm.name: ",".join(str(first[i] + k) for k in range(vm.gpus)) for i, vm in enumerate(net.slice.vms)}
 
     def __enter__(self) -> "RayCluster":
         try:
@@ -65,14 +65,12 @@ class RayCluster:
                 else ["--address", self.address])
         argv = [*self.ray, "start", *role, "--node-ip-address", self.net.address[vm.name],
                 "--temp-dir", str(self.temp[vm.name]), "--disable-usage-stats",
-                "--num-cpus", str(vm.cores or 1), "--num-gpus", "0" if self.net.cpu_only else str(vm.gpus),
+                "--num-cpus", str(vm.cores or 1), "--num-gpus", "0",
                 "--resources", json.dumps({vm.name: 1}), "--object-store-memory", str(OBJECT_STORE_BYTES)]
         self.started.append(vm.name)
-        # The affinity is inherited by the raylet and every actor and worker it starts. On GPUs each
-        # node is given its own GPUs, as a VM would have them.
-        env = None if self.net.cpu_only else {**os.environ, "CUDA_VISIBLE_DEVICES": self.gpus[vm.name]}
+        # The affinity is inherited by the raylet and every actor and worker it starts.
         result = self.net.run(vm.name, [*taskset(self.cores[vm.name]), *argv], timeout=120, capture_output=True,
-                              text=True, env=env)
+                              text=True)
         if result.returncode:
             raise RuntimeError(f"ray start on {vm.name} failed: {result.stderr.strip().splitlines()[-1]}")
 

@@ -1,9 +1,10 @@
-"""`python -m harness.cluster.worker [--serve]`: one VM's process in a multi-process run.
+"""`python -m harness.cluster.worker [--serve]`: one process of a multi-process run: a VM's, or one
+of a VM's processes where its GPUs are shared (harness.cluster.layout).
 
 The launcher (harness.cluster.local, or the Ray driver on a slice) sets its environment with
 environment(): HARNESS_COORDINATOR (host:port of process 0), HARNESS_NUM_PROCESSES,
-HARNESS_PROCESS_ID, HARNESS_LOCAL_DEVICES (CPU devices of this process, the scale model's GPUs),
-and HARNESS_HEARTBEAT_S: a process that cannot reach the others for that long (a link down)
+HARNESS_PROCESS_ID (numbered VM by VM), HARNESS_LOCAL_DEVICES (CPU devices of this process, the
+scale model's GPUs), and HARNESS_HEARTBEAT_S: a process that cannot reach the others for that long (a link down)
 makes the whole run fail instead of hang (default 30 s; JAX's own default is 100 s).
 
 Batch mode reads a list of jobs (JSON) on stdin, runs them in order and prints their results as
@@ -22,15 +23,12 @@ import sys
 
 
 def environment(coordinator: str, num_processes: int, process_id: int, local_devices: int, platform: str = "cpu",
-                heartbeat_s: float = 30, host: str | None = None) -> dict[str, str]:
-    """The environment variables of one worker process (added to the launcher's own)."""
-    env = {"HARNESS_COORDINATOR": coordinator, "HARNESS_NUM_PROCESSES": str(num_processes),
-           "HARNESS_PROCESS_ID": str(process_id), "HARNESS_LOCAL_DEVICES": str(local_devices),
-           "JAX_PLATFORMS": platform, "HARNESS_HEARTBEAT_S": str(heartbeat_s)}
-    if host is not None:
-        # On GPUs, NCCL must see separate hosts, or it would bypass the link through shared memory.
-        env.update(NCCL_HOSTID=host, NCCL_SHM_DISABLE="1", NCCL_P2P_DISABLE="1")
-    return env
+                heartbeat_s: float = 30) -> dict[str, str]:
+    """The environment variables of one worker process (added to the launcher's own, and to those
+    of its place in the layout, harness.cluster.layout)."""
+    return {"HARNESS_COORDINATOR": coordinator, "HARNESS_NUM_PROCESSES": str(num_processes),
+            "HARNESS_PROCESS_ID": str(process_id), "HARNESS_LOCAL_DEVICES": str(local_devices),
+            "JAX_PLATFORMS": platform, "HARNESS_HEARTBEAT_S": str(heartbeat_s)}
 
 
 def init_distributed() -> None:

@@ -4,7 +4,7 @@ import dataclasses
 import sys
 
 from harness import data, records, train
-from harness.config import MODELS, TrainConfig, model_config
+from harness.config import MODELS, PRECISIONS, TrainConfig, compute_dtype, model_config
 from harness.progress import Progress
 
 HELP = "train a model on one device (the single-device reference) and print its trial record"
@@ -39,12 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial record to this file")
 
 
-PRECISIONS = ("float32", "float32-full", "bfloat16", "float16")
-
-
 def run(args) -> tuple[int, dict]:
     # Everything a user can get wrong is checked here, before any tokenizing or compiling.
-    model_cfg = dataclasses.replace(model_config(args.model), dtype=args.precision.removesuffix("-full"))
+    model_cfg = dataclasses.replace(model_config(args.model), dtype=compute_dtype(args.precision))
     if args.precision == "float32-full":
         import jax
 

@@ -98,14 +98,13 @@ class RelayLinks:
 
 
 class EmulatedNetwork:
-    def __init__(self, sl: Slice, rtt_ms: float | None = None, cpu_only: bool = True, mechanism: str = "auto",
+    def __init__(self, sl: Slice, rtt_ms: float | None = None, mechanism: str = "auto",
                  tcp_buffer_bytes: int | None = None):
         """rtt_ms: one RTT for every pair instead of the slice's own (a latency sweep);
         tcp_buffer_bytes: each VM's TCP buffers (netns.create), for the whole life of the network."""
         self.tcp_buffer_bytes = tcp_buffer_bytes
         self.mechanism = choose_mechanism(mechanism)
         self.slice = sl
-        self.cpu_only = cpu_only  # the scale model: VMs' GPUs are CPU devices
         self.rtt_ms = rtt_ms
         run = uuid.uuid4().hex[:6]
         self.netns = {vm.name: f"{netns.PREFIX}{run}-{vm.name}" for vm in sl.vms}

@@ -3,7 +3,7 @@ trials and the paper-scale models of the memory claims."""
 import os
 
 from harness import slices
-from harness.config import Budget, Technique, model_config
+from harness.config import PRECISIONS, Budget, Technique, model_config
 
 QUICK_SLICES = ("TACC-TACC", "UTAH-GPN")  # one single-site slice and the nearest two-site one
 REPORT_ENV = "HARNESS_REPORT_DIR"
@@ -19,6 +19,10 @@ def add_options(parser) -> None:
                 help="model every trial trains (default: %(default)s, the CPU scale model)")
     g.addoption("--trial-repeats", type=int, default=Budget.repeats, metavar="N",
                 help="timed steps per trial, at least 3 (default: %(default)s)")
+    g.addoption("--trial-precision", default=Budget.precision, choices=PRECISIONS,
+                help="arithmetic of every trial: float32 (XLA's default: TF32 matmuls on GPUs that have it), "
+                     "float32-full (no TF32, as the paper's T4 and RTX 6000 ran), bfloat16 or float16 (16-bit "
+                     "compute, float32 parameters and optimizer state; default: %(default)s)")
     g.addoption("--link-scaling", default="similarity", choices=("similarity", "literal"),
                 help="the links the emulated trials run on: 'similarity', each slice's RTT and rate (and the VMs' "
                      "TCP buffers) scaled so that the scale model has the paper's latency and bandwidth groups, "
@@ -49,7 +53,8 @@ def link_scaling(config) -> str:
 def budget(config) -> Budget:
     """What every trial trains; the emulated CPU backend combines the collectives where it scales
     the links (backends.open_backend)."""
-    return Budget(model=config.getoption("--trial-model"), repeats=config.getoption("--trial-repeats"))
+    return Budget(model=config.getoption("--trial-model"), repeats=config.getoption("--trial-repeats"),
+                  precision=config.getoption("--trial-precision"))
 
 
 def memory_models(config) -> list:

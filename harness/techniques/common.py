@@ -40,11 +40,14 @@ def make_mesh(shape: ClusterShape, devices=None) -> Mesh:
     devices = list(devices if devices is not None else jax.devices())
     if len(devices) < shape.n_devices:
         raise BadInput(f"cluster {shape} needs {shape.n_devices} devices, JAX sees {len(devices)}")
-    # Sorting by process first makes each mesh row one process, i.e. one VM.
+    # Processes are numbered VM by VM, each VM with as many (one, or one per shared GPU:
+    # harness.cluster.layout), so sorting by process first makes each mesh row one VM.
     devices = sorted(devices, key=lambda d: (d.process_index, d.id))[: shape.n_devices]
     grid = np.array(devices, dtype=object).reshape(shape.hosts, shape.devices_per_host)
-    if jax.process_count() > 1 and any(len({d.process_index for d in row}) != 1 for row in grid):
-        raise BadInput(f"cluster {shape}: each VM must be one process with {shape.devices_per_host} devices")
+    per_vm = max(1, jax.process_count() // shape.hosts)
+    if jax.process_count() > 1 and any(len({d.process_index // per_vm for d in row}) != 1 for row in grid):
+        raise BadInput(f"cluster {shape}: each VM must be whole processes with {shape.devices_per_host} devices "
+                       f"together")
     return Mesh(grid, ALL)
 
 

@@ -1,0 +1,85 @@
+"""Emulated VMs laid on this machine's devices (harness.cluster.layout): one process per VM where
+there is a GPU for every emulated one, one per emulated GPU on shares of fewer; then the split
+path end to end through Ray on CPU devices, where CI can run it."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from harness import data, slices, train, trials
+from harness.cluster import layout
+from harness.config import Budget
+from harness.suite.privileges import require_emulation
+
+TABLE_I = [("vm1", 2), ("vm2", 2)]  # every slice of Table I: two VMs of two GPUs
+
+
+def test_a_machine_with_a_gpu_for_each_emulated_one_gives_each_vm_its_own():
+    procs = layout.gpu(TABLE_I, ["0", "1", "2", "3", "4"])
+    assert {vm: [p.devices for p in ps] for vm, ps in procs.items()} == {"vm1": [2], "vm2": [2]}
+    assert procs["vm1"][0].env["CUDA_VISIBLE_DEVICES"] == "0,1" and procs["vm2"][0].env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert procs["vm1"][0].env["NCCL_HOSTID"] != procs["vm2"][0].env["NCCL_HOSTID"]
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in procs["vm1"][0].env  # a GPU of its own: all of it
+    assert layout.sharing(procs, ["vm1", "vm2"]) is None
+
+
+@pytest.mark.parametrize("physical", [["0"], ["0", "1"], ["0", "1", "2"]])
+def test_fewer_gpus_than_the_slice_give_a_process_per_emulated_gpu_on_a_share(physical):
+    procs = layout.gpu(TABLE_I, physical)
+    every = [p for vm in ("vm1", "vm2") for p in procs[vm]]
+    assert [p.devices for p in every] == [1, 1, 1, 1]
+    on = [p.env["CUDA_VISIBLE_DEVICES"] for p in every]
+    assert set(on) == set(physical)  # every GPU used, none named that is not there
+    for gpu in physical:
+        fractions = [float(p.env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) for p in every if p.env["CUDA_VISIBLE_DEVICES"] == gpu]
+        # the processes that may hold a GPU at once (each VM in its all-VM and its own group) fit in it
+        assert layout.COEXISTING * sum(fractions) <= layout.SHARED_MEMORY + 1e-9
+    assert all(p.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" for p in every)
+    # NCCL sees another host for each, and no path but the link: no shared memory, no P2P, no loopback
+    assert len({p.env["NCCL_HOSTID"] for p in every}) == 4
+    assert all(p.env["NCCL_SHM_DISABLE"] == p.env["NCCL_P2P_DISABLE"] == "1" for p in every)
+    assert all(p.env["NCCL_SOCKET_IFNAME"] == "^lo" for p in every)
+    shared = layout.sharing(procs, ["vm1", "vm2"])
+    assert [s["gpu"] for s in shared["vm1"] + shared["vm2"]] == on
+
+
+def test_no_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="no GPU"):
+        layout.gpu(TABLE_I, [])
+
+
+def test_the_gpus_are_found_without_starting_cuda_and_honour_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert layout.visible_gpus() == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert layout.visible_gpus() == []
+
+
+def test_on_cpu_a_vm_is_one_process_unless_split():
+    assert {vm: [p.devices for p in ps] for vm, ps in layout.cpu(TABLE_I).items()} == {"vm1": [2], "vm2": [2]}
+    assert {vm: [p.devices for p in ps] for vm, ps in layout.cpu(TABLE_I, split=True).items()} == {
+        "vm1": [1, 1], "vm2": [1, 1]}
+
+
+def test_emulated_vms_split_into_a_process_per_device_train_through_ray_as_one_process_each():
+    """The layout a one-GPU machine gets, on CPU devices: each emulated GPU a worker process, two per
+    VM's namespace, started by the VM's Ray actor. A mesh row (a VM) then spans two processes:
+    ZeRO2 (reduce-scatter and all-gather over every device) and Pipeshard (stages are VMs, data
+    parallel inside each) give the single device's losses, and the records say how the VMs were
+    laid out."""
+    require_emulation()
+    sl = slices.load("UTAH-GPN")
+    budget = Budget(model="scale-tiny")
+    kept = []
+    with trials.emulated([sl], budget, split_processes=True) as runner:
+        for trial in (trials.Trial("ZeRO2", sl.name, trials.ALL_VMS), trials.Trial("Pipeshard", sl.name, trials.ALL_VMS)):
+            runner.measure(trial, kept.append)
+    assert [(r["technique"], r["status"], r["cluster"]["processes_per_host"]) for r in kept] == [
+        ("ZeRO2", "ok", 2), ("Pipeshard", "ok", 2)]
+    assert all(r["cluster"]["gpu_sharing"] is None for r in kept)  # CPU devices: nothing shared
+    for (vms, technique), losses in runner.history.items():
+        cfg = dataclasses.replace(runner.train_config_for(len(vms)), steps=runner.schedule_steps)
+        packed = data.prepare(runner.model_cfg.vocab_size, cfg.resolved_seq_len(runner.model_cfg), cfg.batch_size,
+                              runner.corpus)
+        reference = train.train(runner.model_cfg, cfg, packed).losses
+        np.testing.assert_allclose(losses, reference[:len(losses)], rtol=1e-4, err_msg=technique)
