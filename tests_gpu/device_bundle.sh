@@ -5,7 +5,7 @@
 #   tests_gpu/device_bundle.sh build [DIR]     # here, with the package registries: DIR (default
 #                                              # .device-bundle, git-ignored) under 64 MiB
 #   tests_gpu/device_bundle.sh install [DIR]   # there, in the repository root: prints the exports
-#                                              # to eval (PYTHONPATH, PATH, LD_LIBRARY_PATH)
+#                                              # to eval (PYTHONPATH, PATH, LD_LIBRARY_PATH, PYTEST_PLUGINS)
 #
 # e.g. run(carry=[".device-bundle"], command="eval $(tests_gpu/device_bundle.sh install) && pytest -m gpu")
 #
@@ -18,7 +18,11 @@ set -euo pipefail
 PY_VERSION=3.12
 PLATFORM=manylinux2014_x86_64
 RAY="ray==2.60.0"
-WHEELS=(datasets==5.2.0 dill multiprocess xxhash jsonschema jsonschema-specifications referencing rpds-py attrs)
+# The suite's own dependencies that such a machine may lack, bounded as pyproject.toml bounds them;
+# where the machine has one already, the bundle's copy comes first on PYTHONPATH.
+WHEELS=(datasets==5.2.0 dill multiprocess xxhash jsonschema jsonschema-specifications referencing rpds-py attrs
+        "tokenizers>=0.23,<0.24" "pyroute2>=0.9.7,<0.10" "pytest-benchmark>=5,<6" py-cpuinfo
+        "pytest-xdist>=3.6,<4" execnet hypothesis sortedcontainers)
 DEBS=(iproute2 libbpf1 libelf1 libmnl0 libxtables12 libcap2 libdb5.3 libtirpc3 libgssapi-krb5-2 libkrb5-3
       libk5crypto3 libkrb5support0 libkeyutils1)
 LIMIT_BYTES=$((60 * 1024 * 1024))  # under the 64 MiB a call carries, with room for the repository
@@ -60,6 +64,8 @@ install() {
     echo "export PYTHONPATH=$prefix/site:$PWD\${PYTHONPATH:+:\$PYTHONPATH}"
     echo "export PATH=$prefix/root/bin:$prefix/root/sbin:$prefix/root/usr/bin:\$PATH"
     echo "export LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    # The claims' pytest plugin is an entry point of the installed package; from the checkout it is named here.
+    echo "export PYTEST_PLUGINS=harness.suite.plugin"
 }
 
 case "${1:-}" in
