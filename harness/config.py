@@ -40,7 +40,7 @@ class GPTConfig:
     dropout: float = 0.0  # the Alpa/HF example trains GPT-2 without dropout
     dtype: str = "float32"  # compute dtype; parameters and optimizer state stay float32
     # auto: cuDNN's fused attention where it applies (a GPU computing in 16 bits), which never
-    # keeps the [seq, seq] scores; XLA's otherwise. Or xla, cudnn.
+    # keeps the [seq, seq] scores; the scores written out for XLA otherwise. Or xla, cudnn.
     attention: str = "auto"
 
     def __post_init__(self):

@@ -45,21 +45,24 @@ class Attention(nnx.Module):
 
 
 def attention(q, k, v, cfg: GPTConfig):
-    """Causal attention over [batch, seq, heads, head_dim], with cfg.attention's implementation;
-    auto tries cuDNN's fused kernel where it applies and falls back to XLA's where cuDNN refuses
-    the shapes or is missing."""
-    def run(implementation):
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(cfg.head_dim),
-                                            implementation=implementation)
-
-    if cfg.attention != "auto":
-        return run(cfg.attention)
-    if jax.default_backend() == "gpu" and cfg.dtype != "float32":  # cuDNN's kernel has no float32
+    """Causal attention over [batch, seq, heads, head_dim]. cudnn: jax.nn.dot_product_attention's
+    fused cuDNN kernel, which never keeps the [seq, seq] scores; xla: the scores written out for
+    XLA to fuse, float32 from the scores on (jax.nn's XLA path asks CPUs for float16 products with
+    float32 sums, which they refuse). auto: cuDNN where it applies, a GPU computing in 16 bits,
+    falling back to XLA where cuDNN refuses the shapes or is missing."""
+    if cfg.attention == "cudnn" or (cfg.attention == "auto" and jax.default_backend() == "gpu"
+                                    and cfg.dtype != "float32"):  # cuDNN's kernel has no float32
         try:
-            return run("cudnn")
+            return jax.nn.dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(cfg.head_dim),
+                                                implementation="cudnn")
         except (RuntimeError, ValueError, NotImplementedError):
-            pass
-    return run("xla")
+            if cfg.attention == "cudnn":
+                raise
+    seq = q.shape[1]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(cfg.head_dim)
+    scores = jnp.where(jnp.tril(jnp.ones((seq, seq), dtype=bool)), scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
 class MLP(nnx.Module):

@@ -58,14 +58,12 @@ def test_attention_is_causal():
 
 
 def test_attention_is_softmax_of_scaled_scores_over_the_past():
-    """jax.nn.dot_product_attention (XLA's here, cuDNN's fused kernel on a GPU in 16 bits) computes
-    what GPT-2's attention is, written out: softmax(q k^T / sqrt(d)) v over the causal past."""
+    """The model's attention (written out for XLA here, cuDNN's fused kernel on a GPU in 16 bits)
+    is what jax.nn.dot_product_attention computes: softmax(q k^T / sqrt(d)) v over the causal past."""
     cfg = model_config("scale-tiny")
     q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 16, cfg.n_head, cfg.head_dim))
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(cfg.head_dim)
-    scores = jnp.where(jnp.tril(jnp.ones((16, 16), bool)), scores, -jnp.inf)
-    written_out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
-    assert jnp.allclose(model.attention(q, k, v, cfg), written_out, atol=1e-5)
+    reference = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="xla")
+    assert jnp.allclose(model.attention(q, k, v, cfg), reference, atol=1e-5)
 
 
 def test_tied_model_has_no_separate_output_matrix():

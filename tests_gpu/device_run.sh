@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU suite in one call on a lent GPU machine (a few full calls are all its 30 minutes allow):
+# the bundle installed (device_bundle.sh), then `pytest -m gpu` with its benchmark JSON and the
+# claims' report written under $OUT (default reports/device), which comes back with the call.
+#
+#   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh")                  # everything
+#   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh tests_gpu/test_speed_gpu.py")
+#
+# Extra arguments go to pytest.
+set -euo pipefail
+out=${OUT:-reports/device}
+mkdir -p "$out"
+eval "$(tests_gpu/device_bundle.sh install)"
+{ nvidia-smi -L || true; python3 -c "import jax; print('jax', jax.__version__, jax.devices())"; } > "$out/machine.txt" 2>&1
+status=0
+python3 -m pytest -m gpu -p no:cacheprovider -ra --benchmark-json "$out/benchmark.json" \
+    --report-dir "$out/claims" "$@" > "$out/pytest.log" 2>&1 || status=$?
+tail -40 "$out/pytest.log"
+exit $status
