@@ -69,7 +69,12 @@ _GLOO_DATA_ZERO2 = ("with the gradients combined, Data and ZeRO2 move the same b
                     "reduce-scatter and an all-gather, and which is faster on the CPU is gloo's doing, not the "
                     "link's: measured with the scaled TCP buffers, ZeRO2 7-14% faster on every two-site slice (quick "
                     "and full runs), while with the kernel's buffers Data was 20-35% faster at 48-67 ms; at paper "
-                    "scale the cost model puts the two within 1% of each other on every slice")
+                    "scale the cost model puts the two within 1% of each other on every slice. The likely mechanism "
+                    "(worked out, not measured apart): gloo's all-reduce is a ring, whose edges that cross the link "
+                    "carry 3/4 of the gradients in 3 sequential steps on one TCP flow each way, while JAX's gloo "
+                    "reduce-scatter is halving-doubling, whose first step sends half of them across the link on two "
+                    "flows at once; with window-limited flows ZeRO2's reduce-scatter then takes about 2/3 of Data's "
+                    "first half, NCCL running both as rings")
 SIMILARITY_LINKS = {
     "C1.single-site": {"Pipeshard vs Data": _BUBBLE_AND_TRANSFERS, "Pipeshard vs ZeRO2": _BUBBLE_AND_TRANSFERS},
     "C2.order": {"Data vs ZeRO2": _GLOO_DATA_ZERO2},
