@@ -42,6 +42,10 @@ class GPTConfig:
     # auto: cuDNN's fused attention where it applies (a GPU computing in 16 bits), which never
     # keeps the [seq, seq] scores; the scores written out for XLA otherwise. Or xla, cudnn.
     attention: str = "auto"
+    # Recompute each block's forward in the backward pass, keeping only its input: about a third
+    # more arithmetic for the activations of one block instead of all of them, the usual price of
+    # a large batch on one GPU. Off by default; the paper's trials ran without it.
+    remat: bool = False
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"):

@@ -3,7 +3,8 @@
 The model knows nothing about devices or parallelism: techniques place its parameters with
 sharding rules keyed by parameter path, and a pipeline cuts the stacked layers along their
 leading axis. The n_layer blocks are created with nnx.vmap, so every block parameter has a
-leading layer axis, and run with lax.scan, so compile time does not grow with depth.
+leading layer axis, and run with lax.scan, so compile time does not grow with depth; with
+cfg.remat each block is recomputed in the backward pass (jax.checkpoint).
 
 Functional use, as the trainer and techniques need it:
     graphdef, params = init(cfg, seed)        # params: nested dict of arrays
@@ -129,9 +130,15 @@ class GPT(nnx.Module):
         layers = jax.tree.leaves(state)[0].shape[0]
         keys = jax.random.split(dropout_key, layers) if dropout_key is not None else None
 
+        def block(h, block_state, key):
+            return nnx.merge(graphdef, block_state)(h, key)
+
+        if self.cfg.remat:
+            block = jax.checkpoint(block)
+
         def step(h, layer):
             block_state, key, on = layer
-            run = lambda h: nnx.merge(graphdef, block_state)(h, key)
+            run = lambda h: block(h, block_state, key)
             return (run(h) if on is None else jax.lax.cond(on, run, lambda h: h, h)), None
 
         x, _ = jax.lax.scan(step, x, (state, keys, active))

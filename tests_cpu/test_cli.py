@@ -35,12 +35,14 @@ def test_train_json_prints_exactly_one_valid_record():
     assert "step 50/50" in proc.stderr
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float32-full"])
-def test_train_precision_is_the_models_and_recorded(precision):
-    proc = harness("train", "--model", "scale-tiny", "--steps", "3", "--precision", precision, "--json")
+@pytest.mark.parametrize("precision, remat", [("bfloat16", True), ("float32-full", False)])
+def test_train_precision_and_remat_are_the_models_and_recorded(precision, remat):
+    proc = harness("train", "--model", "scale-tiny", "--steps", "3", "--precision", precision,
+                   *(["--remat"] if remat else []), "--json")
     assert proc.returncode == 0, proc.stderr
     record = records.validate(json.loads(proc.stdout))
     assert record["precision"] == precision.removesuffix("-full") and record["status"] == "ok"
+    assert record["model"]["remat"] is remat
     assert record["throughput"]["peak_arithmetic"] is None  # a CPU: no peak, no MFU
 
 

@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bfloat16, float16: compute in 16 bits, parameters and optimizer state in float32 "
                         "(default: %(default)s). MFU uses the peak of the arithmetic that ran, recorded as "
                         "throughput.peak_arithmetic")
+    p.add_argument("--remat", action="store_true",
+                   help="recompute each block's forward in the backward pass: about a third more arithmetic, "
+                        "the activations of one block kept instead of all (a larger batch fits)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="device peak TFLOP/s for MFU (default: known GPUs only; unset on CPU)")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial record to this file")
@@ -41,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> tuple[int, dict]:
     # Everything a user can get wrong is checked here, before any tokenizing or compiling.
-    model_cfg = dataclasses.replace(model_config(args.model), dtype=compute_dtype(args.precision))
+    model_cfg = dataclasses.replace(model_config(args.model), dtype=compute_dtype(args.precision),
+                                    remat=args.remat)
     if args.precision == "float32-full":
         import jax
 
