@@ -60,76 +60,104 @@ def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: 
     return technique(name, micro_batches=a.micro_batches, combine=False), shape
 
 
-def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup) -> dict:
+def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup, row_gpus: list[str] | None = None,
+                   devices_for=None) -> dict:
     """bytes_per_device is the fullest device's need; bytes_per_stage, for Pipeshard, each
-    stage's (stage i runs on mesh row i)."""
+    stage's (stage i runs on mesh row i). The CPU compiler by default; with devices_for(gpu, hosts,
+    per_host) giving compile-only GPU devices (gpu_compiler.py), row i's program is compiled for
+    row_gpus[i], and an SPMD plan on VMs of different GPUs once per GPU (bytes_per_row)."""
     batch = a.batch_per_gpu * shape.n_devices
     cfg = TrainConfig(batch_size=batch, seq_len=model_cfg.n_positions, steps=1)
+    rows = row_gpus or [None] * shape.hosts
+    devices = (lambda gpu, s: devices_for(gpu, s.hosts, s.devices_per_host)) if devices_for else (lambda gpu, s: None)
     start = time.perf_counter()
     if tech.name == "Pipeshard":
         stages = stage_programs(model_cfg, shape, batch, model_cfg.n_positions, a.micro_batches,
                                 a.pipeline_schedule, a.remat)
-        needs = [_bytes(*program.build(shape, cfg, 1, batch, model_cfg.n_positions)) for program in stages]
+        row = ClusterShape(1, shape.devices_per_host)
+        needs = [_bytes(*program.build(shape, cfg, 1, batch, model_cfg.n_positions, devices(gpu, row)), gpu is None)
+                 for program, gpu in zip(stages, rows)]
         plan = (f"Pipeshard as Alpa compiles it, one program per stage on its VM's {shape.devices_per_host} "
                 f"GPU(s), {a.pipeline_schedule} schedule, {a.micro_batches} microbatches:\n"
                 + "\n".join(f"  {program.describe()}" for program in stages))
         return {"bytes_per_device": max(needs), "bytes_per_stage": needs,
                 "compile_s": time.perf_counter() - start, "plan": plan}
-    built = tech.build(model_cfg, shape, cfg, total_steps=1)
     _, abstract = model.abstract_init(model_cfg)
-    need = _bytes(built.step, built.abstract_args(abstract, batch, model_cfg.n_positions))
-    return {"bytes_per_device": need, "compile_s": time.perf_counter() - start, "plan": built.describe()}
+    need = {}
+    for gpu in dict.fromkeys(rows):
+        built = tech.build(model_cfg, shape, cfg, total_steps=1, devices=devices(gpu, shape))
+        need[gpu] = _bytes(built.step, built.abstract_args(abstract, batch, model_cfg.n_positions), gpu is None)
+    result = {"bytes_per_device": max(need.values()), "compile_s": time.perf_counter() - start,
+              "plan": built.describe()}
+    if len(need) > 1:
+        result["bytes_per_row"] = [need[gpu] for gpu in rows]
+    return result
 
 
-def _bytes(step, args) -> int:
-    return train.needed_bytes(step.lower(*args).compile(COMPILE_ONLY))
+def _bytes(step, args, on_cpu: bool = True) -> int:
+    # LLVM's optimisation level is a CPU compiler option; the GPU compiler keeps its defaults.
+    return train.needed_bytes(step.lower(*args).compile(COMPILE_ONLY if on_cpu else None))
 
 
 def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tuple(TECHNIQUES),
-            cache: dict | None = None) -> list[dict]:
-    """One trial record per technique and placement, status ok or oom, with the evidence in reason."""
+            cache: dict | None = None, compiler=None) -> list[dict]:
+    """One trial record per technique and placement, status ok or oom, with the evidence in reason.
+    compiler: None for XLA's CPU compiler, or a gpu_compiler.GpuCompiler to compile for the
+    slice's own GPUs."""
     model_cfg = dataclasses.replace(model_cfg, dtype=a.precision)
     cache = {} if cache is None else cache
     out = []
     for vms, shape in placements(sl, gpus):
+        used = [vm for vm in sl.vms if vm.name in vms]
         for name in techniques:
             tech, mesh_shape = technique_for(name, shape, sl, vms, a)
+            # Mesh row i is the i-th VM used, or, on one VM, one of its stages.
+            row_gpus = [vm.gpu for vm in used] if mesh_shape.hosts == len(used) else [used[0].gpu] * mesh_shape.hosts
             # Only Pipeshard reads the rematerialisation and schedule settings.
             relevant = a if name == "Pipeshard" else dataclasses.replace(a, remat=False, pipeline_schedule="1f1b")
             key = (name, model_cfg, mesh_shape, relevant, getattr(tech, "links", None),
-                   getattr(tech, "device_memory", None))
+                   getattr(tech, "device_memory", None), tuple(row_gpus) if compiler else None)
             try:
                 if key not in cache:
-                    cache[key] = compiled_bytes(tech, model_cfg, mesh_shape, a)
+                    cache[key] = (compiler.compiled_bytes(tech, model_cfg, mesh_shape, a, row_gpus) if compiler
+                                  else compiled_bytes(tech, model_cfg, mesh_shape, a))
                 result = cache[key]
             except Exception as e:  # a plan that cannot be built is a failed trial, not a crash
                 status, reason = records.failure(e)
-                out.append(record(name, sl, vms, shape, model_cfg, a, None, status, reason))
+                out.append(record(name, sl, vms, shape, model_cfg, a, None, status, reason, source(compiler)))
                 continue
             short = [(vm, need) for vm, need in _needs(sl, vms, result) if need > vm.accelerator.usable_bytes]
             status = "oom" if short else "ok"
             reason = "; ".join(f"needs {need / GiB:.1f} GiB per GPU, {vm.name}'s {vm.gpu} has "
                                f"{vm.accelerator.describe_memory()}" for vm, need in short) or None
-            out.append(record(name, sl, vms, shape, model_cfg, a, result, status, reason))
+            out.append(record(name, sl, vms, shape, model_cfg, a, result, status, reason, source(compiler)))
     return out
+
+
+def source(compiler) -> str:
+    from harness import gpu_compiler
+
+    return gpu_compiler.SOURCE if compiler else SOURCE
 
 
 def _needs(sl: Slice, vms, result: dict) -> list:
     """(VM, bytes each of its GPUs needs) for the VMs used. Pipeshard's stage i runs on the i-th VM
     used; on one VM all its stages share that VM's GPUs."""
     used = [vm for vm in sl.vms if vm.name in vms]
-    stages = result.get("bytes_per_stage")
-    if stages and len(stages) == len(used):
-        return list(zip(used, stages))
+    rows = result.get("bytes_per_stage") or result.get("bytes_per_row")
+    if rows and len(rows) == len(used):
+        return list(zip(used, rows))
     return [(vm, result["bytes_per_device"]) for vm in used]
 
 
-def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: Setup, result, status, reason):
+def record(name, sl: Slice, vms, shape: ClusterShape, model_cfg: GPTConfig, a: Setup, result, status, reason,
+           source: str = SOURCE):
     cfg = TrainConfig(batch_size=a.batch_per_gpu * shape.n_devices, seq_len=model_cfg.n_positions, steps=1)
     where = records.Placement(name, a.micro_batches, result["plan"] if result else None, {
         "slice": sl.name, "vms_used": list(vms), "hosts": shape.hosts, "devices_per_host": shape.devices_per_host,
         "network": {"mechanism": None, "rtt_ms": sl.rtt_ms}})
-    memory = {"bytes_per_device": result["bytes_per_device"] if result else None, "source": SOURCE}
-    if result and result.get("bytes_per_stage"):
-        memory["bytes_per_stage"] = result["bytes_per_stage"]
+    memory = {"bytes_per_device": result["bytes_per_device"] if result else None, "source": source}
+    for kind in ("bytes_per_stage", "bytes_per_row"):
+        if result and result.get(kind):
+            memory[kind] = result[kind]
     return records.build(model_cfg, cfg, None, None, where, status, reason, memory=memory)

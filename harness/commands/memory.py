@@ -1,13 +1,14 @@
 """`python -m harness memory`: which technique fits which slice at paper scale, compile-only."""
 import argparse
+import contextlib
 import dataclasses
 import sys
 
-from harness import infer, records, slices
+from harness import gpu_compiler, infer, memory, records, slices
 from harness.config import model_config
 from harness.errors import BadInput
 from harness.config import Setup
-from harness.memory import SOURCE, analyse
+from harness.memory import analyse, source
 from harness.techniques import TECHNIQUES
 
 HELP = "per-GPU memory of each technique at paper scale (compile-only XLA analysis) and where it runs out"
@@ -38,6 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-schedule", default=Setup.pipeline_schedule, choices=["1f1b", "gpipe"],
                    help="Pipeshard's schedule, which sets the microbatches a stage keeps in flight "
                         "(default: %(default)s, Alpa's)")
+    p.add_argument("--compiler", default="auto", choices=[*gpu_compiler.COMPILERS, "both"],
+                   help="cpu: XLA's CPU compiler; gpu: XLA's GPU compiler for each slice's own GPUs, no GPU needed "
+                        "(JAX's CUDA plugin: python -m harness.gpu_compiler install); both: the two side by side; "
+                        "auto (default): gpu on a machine with a GPU, cpu elsewhere")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial records to this file")
     p.add_argument("--infer", action="store_true",
                    help="infer the paper's unstated setup: analyse every setup of a plausible space (batch per "
@@ -85,46 +90,80 @@ def run(args) -> tuple[int, dict]:
 
     jax.config.update("jax_num_cpu_devices", max(len(s.vms) * s.gpus_per_vm for s in chosen))
 
-    if args.infer:
-        return _infer(setups, models, chosen, args)
-    out = _analyse_all(models, chosen, gpu_counts, assumptions, args.techniques, {})
+    if args.compiler == "both":
+        if args.infer:
+            raise BadInput("--infer takes one --compiler: cpu, gpu or auto")
+        return _both(models, chosen, gpu_counts, assumptions, args)
+    compiler = gpu_compiler.choose(args.compiler)
+    with compiler or contextlib.nullcontext():
+        if args.infer:
+            return _infer(setups, models, chosen, args, compiler)
+        out = _analyse_all(models, chosen, gpu_counts, assumptions, args.techniques, {}, compiler)
     if args.out:
         for r in out:
             records.append(args.out, r)
     if not args.json:
-        print_table(out, assumptions)
-    return 0, {"assumptions": dataclasses.asdict(assumptions), "source": SOURCE, "records": out}
+        print_table(out, assumptions, source(compiler))
+    return 0, {"assumptions": dataclasses.asdict(assumptions), "source": source(compiler), "records": out}
 
 
-def _analyse_all(models, chosen, gpu_counts, a: Setup, techniques, cache: dict, prefix: str = "") -> list[dict]:
+def _both(models, chosen, gpu_counts, a: Setup, args) -> tuple[int, dict]:
+    """The CPU and the GPU compiler side by side, technique by technique."""
+    with gpu_compiler.choose("gpu") as compiler:  # the plugin is checked before any compiling
+        on_cpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, {}, None, prefix="[cpu] ")
+        on_gpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, {}, compiler, prefix="[gpu] ")
+    rows = []
+    for c, g in zip(on_cpu, on_gpu):
+        cb, gb = c["memory"]["bytes_per_device"], g["memory"]["bytes_per_device"]
+        rows.append({"model": c["model"]["name"], "slice": c["cluster"]["slice"], "vms": c["cluster"]["vms_used"],
+                     "technique": c["technique"], "cpu_bytes": cb, "gpu_bytes": gb,
+                     "gpu_over_cpu": gb / cb if cb and gb else None,
+                     "cpu_status": c["status"], "gpu_status": g["status"]})
+    if args.out:
+        for r in on_cpu + on_gpu:
+            records.append(args.out, r)
+    if not args.json:
+        print(f"assumptions: {a}; bytes per GPU from XLA's CPU compiler and its GPU compiler for each VM's GPU")
+        print(f"{'model':7} {'slice':10} {'VMs':9} {'technique':10} {'CPU GB':>7} {'GPU GB':>7} {'GPU/CPU':>8}  verdicts")
+        for r in rows:
+            ratio = f"{r['gpu_over_cpu']:8.3f}" if r["gpu_over_cpu"] else f"{'-':>8}"
+            moved = "" if r["cpu_status"] == r["gpu_status"] else "  <- differ"
+            print(f"{r['model']:7} {r['slice']:10} {'+'.join(r['vms']):9} {r['technique']:10} "
+                  f"{(r['cpu_bytes'] or float('nan')) / 1e9:7.1f} {(r['gpu_bytes'] or float('nan')) / 1e9:7.1f} "
+                  f"{ratio}  {r['cpu_status']} / {r['gpu_status']}{moved}")
+    return 0, {"assumptions": dataclasses.asdict(a), "sources": [memory.SOURCE, gpu_compiler.SOURCE],
+               "comparison": rows, "records": on_cpu + on_gpu}
+
+
+def _analyse_all(models, chosen, gpu_counts, a: Setup, techniques, cache: dict, compiler, prefix: str = "") -> list[dict]:
     out = []
     for model_cfg in models:
         for sl in chosen:
             for which in gpu_counts:
                 gpus = sl.gpus_per_vm * (len(sl.vms) if which == "all" else 1)
                 print(f"{prefix}{model_cfg.name} on {sl.name}, {gpus} GPUs ...", file=sys.stderr, flush=True)
-                out += analyse(sl, model_cfg, gpus, a, techniques, cache)
+                out += analyse(sl, model_cfg, gpus, a, techniques, cache, compiler)
     return out
 
 
-def _infer(setups, models, chosen, args) -> tuple[int, dict]:
+def _infer(setups, models, chosen, args, compiler) -> tuple[int, dict]:
     results, cache, everything = [], {}, []
     for i, a in enumerate(setups, 1):
-        recs = _analyse_all(models, chosen, ["all", "per_vm"], a, list(TECHNIQUES), cache,
+        recs = _analyse_all(models, chosen, ["all", "per_vm"], a, list(TECHNIQUES), cache, compiler,
                             prefix=f"[{i}/{len(setups)} {infer.label(a)}] ")
         everything += recs
         results.append(infer.evaluate(a, recs, chosen))
     if args.out:
         for r in everything:
             records.append(args.out, r)
-    doc = {"source": SOURCE, "slices": [sl.name for sl in chosen], **infer.summary(results)}
+    doc = {"source": source(compiler), "slices": [sl.name for sl in chosen], **infer.summary(results)}
     if not args.json:
         print(infer.markdown(doc))
     return 0, doc
 
 
-def print_table(out: list[dict], assumptions: Setup) -> None:
-    print(f"assumptions: {assumptions}; bytes from {SOURCE}")
+def print_table(out: list[dict], assumptions: Setup, source: str) -> None:
+    print(f"assumptions: {assumptions}; bytes from {source}")
     print(f"{'model':7} {'slice':10} {'VMs':9} {'technique':10} {'GB/GPU':>7}  verdict")
     for r in out:
         need = r["memory"]["bytes_per_device"]

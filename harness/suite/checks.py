@@ -1,9 +1,11 @@
 """The steps the claims' tests are made of, the same on every backend: run one trial as a
 pytest-benchmark test, make sure every trial a claim needs has run, judge a claim's verdict
 against the backend's declared deviations, and build the compile-only memory table."""
+import contextlib
+
 import pytest
 
-from harness import claims, memory, trials
+from harness import claims, gpu_compiler, memory, trials
 from harness.config import Setup
 from harness.suite import options
 from harness.suite.session import ClaimsLog
@@ -66,8 +68,10 @@ MEMORY_ASSUMPTIONS = Setup()  # the paper states no batch, microbatches or preci
 
 def memory_records(config) -> list[dict]:
     out, cache = [], {}
-    for m in options.memory_models(config):
-        for sl in options.claim_slices(config):  # all VMs, and each VM alone (the paper ran both; C4 compares both)
-            out += memory.analyse(sl, m, sl.gpus_per_vm * len(sl.vms), MEMORY_ASSUMPTIONS, cache=cache)
-            out += memory.analyse(sl, m, sl.gpus_per_vm, MEMORY_ASSUMPTIONS, cache=cache)
+    compiler = gpu_compiler.choose(config.getoption("--memory-compiler"))
+    with compiler or contextlib.nullcontext():
+        for m in options.memory_models(config):
+            for sl in options.claim_slices(config):  # all VMs, and each VM alone (the paper ran both; C4 compares both)
+                for gpus in (sl.gpus_per_vm * len(sl.vms), sl.gpus_per_vm):
+                    out += memory.analyse(sl, m, gpus, MEMORY_ASSUMPTIONS, cache=cache, compiler=compiler)
     return out

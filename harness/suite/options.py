@@ -31,6 +31,10 @@ def add_options(parser) -> None:
                      "(`python -m harness reproduce --literal`; default: %(default)s)")
     g.addoption("--memory-models", default="gpt2m,gpt2L", metavar="LIST",
                 help="paper-scale models for the memory claims (default: %(default)s)")
+    g.addoption("--memory-compiler", default="auto", choices=("auto", "cpu", "gpu"),
+                help="the compiler whose memory analysis judges C4: cpu, XLA's CPU compiler; gpu, XLA's GPU compiler "
+                     "for each slice's own GPUs, no GPU needed (python -m harness.gpu_compiler install); auto: gpu "
+                     "on a machine with a GPU, cpu elsewhere (default: %(default)s)")
     g.addoption("--report-dir", default=os.environ.get(REPORT_ENV), metavar="DIR",
                 help=f"write results.jsonl, claims.md and figures here when the session ends (or set {REPORT_ENV})")
     g.addoption("--slice-inventory", default=os.environ.get(INVENTORY_ENV), metavar="FILE",

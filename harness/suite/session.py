@@ -48,6 +48,7 @@ class ClaimsLog:
                    "trial budget": str(self.budget or options.budget(self.config)),
                    "links": self.scaling.mode if self.scaling else options.link_scaling(self.config),
                    "memory assumptions": str(MEMORY_ASSUMPTIONS),
+                   "memory compiler": ", ".join(sorted({r["memory"]["source"] for r in self.memory})) or "none",
                    "trials run": len(self.trials), "wall time (s)": round(time.time() - self.started),
                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         report.write(directory, list(self.trials.values()), self.memory, list(self.verdicts.values()), context)

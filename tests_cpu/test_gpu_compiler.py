@@ -1,0 +1,87 @@
+"""XLA's GPU compiler for the slices' own GPUs, run without a GPU (harness/gpu_compiler.py), against
+the CPU compiler the memory claims use elsewhere: the same plans, technique by technique."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import gpu_compiler, memory, slices
+from harness.config import Setup, model_config
+from harness.errors import BadInput
+from harness.hardware import ACCELERATORS, GiB
+
+
+def test_every_gpu_of_the_hardware_table_has_a_target_description():
+    assert set(gpu_compiler.DATASHEETS) == set(ACCELERATORS)
+    t4 = gpu_compiler.target_config("T4")
+    assert "cuda_compute_capability { major: 7 minor: 5 }" in t4 and "core_count: 40" in t4
+    assert f"device_memory_size: {16 * GiB}" in t4
+
+
+def test_unknown_compiler_or_gpu_is_named():
+    with pytest.raises(BadInput, match="compiler must be one of auto, cpu, gpu, got 'tpu'"):
+        gpu_compiler.choose("tpu")
+    with pytest.raises(BadInput, match="unknown GPU type 'V100'"):
+        gpu_compiler.target_config("V100")
+
+
+def test_cpu_is_the_cpu_compiler_and_auto_without_a_gpu_too(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # this machine's GPUs: none
+    assert gpu_compiler.choose("cpu") is None and gpu_compiler.choose("auto") is None
+
+
+def test_without_the_plugin_the_memory_command_says_how_to_install_it_before_compiling(tmp_path):
+    if gpu_compiler._installed():
+        pytest.skip("this environment's JAX has its CUDA plugin: it is never missing here")
+    env_dir = tmp_path / "nothing-here"
+    proc = subprocess.run([sys.executable, "-m", "harness", "memory", "--compiler", "gpu", "--slice", "UTAH-GPN",
+                           "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HARNESS_GPU_COMPILER": str(env_dir)})
+    assert proc.returncode != 0 and proc.stdout == ""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "python -m harness.gpu_compiler install" in lines[0], proc.stderr
+    assert "jaxlib" in lines[0] and str(env_dir) in lines[0]
+
+
+needs_plugin = pytest.mark.skipif(gpu_compiler.missing() is not None, reason=str(gpu_compiler.missing()))
+
+
+@needs_plugin
+def test_gpu_compiler_agrees_with_the_cpu_compiler_technique_by_technique():
+    """gpt2m on UTAH-GPN's RTX 6000 + T4, all four GPUs: each technique compiled for each VM's own
+    GPU needs within a few percent of what the CPU compiler says, and the memory claims' order
+    (ZeRO2 least, Pipeshard's first stage most) is the same on both compilers."""
+    sl, gpt2m, setup = slices.load("UTAH-GPN"), model_config("gpt2m"), Setup()
+    techniques = ("Data", "ZeRO2", "Pipeshard")
+    with gpu_compiler.GpuCompiler() as compiler:
+        on_gpu = memory.analyse(sl, gpt2m, 4, setup, techniques, compiler=compiler)
+        child = compiler._child
+    assert child.poll() is not None  # the compiler's process is gone with its context
+    on_cpu = memory.analyse(sl, gpt2m, 4, setup, techniques)
+
+    need = {(r["technique"], r["memory"]["source"]): r["memory"]["bytes_per_device"] for r in on_gpu + on_cpu}
+    for r in on_gpu:
+        assert r["status"] in ("ok", "oom") and r["memory"]["source"] == gpu_compiler.SOURCE, r["reason"]
+        ratio = need[r["technique"], gpu_compiler.SOURCE] / need[r["technique"], memory.SOURCE]
+        assert 0.85 < ratio < 1.1, (r["technique"], ratio)
+    for source in (gpu_compiler.SOURCE, memory.SOURCE):
+        assert need["ZeRO2", source] < need["Data", source] < need["Pipeshard", source]
+    by_name = {r["technique"]: r["memory"] for r in on_gpu}
+    assert len(by_name["Data"]["bytes_per_row"]) == 2  # compiled once for the RTX 6000, once for the T4
+    assert len(by_name["Pipeshard"]["bytes_per_stage"]) == 2
+
+
+@needs_plugin
+def test_memory_command_shows_both_compilers_side_by_side():
+    proc = subprocess.run([sys.executable, "-m", "harness", "memory", "--model", "scale-small", "--slice", "UTAH-MASS",
+                           "--gpus", "4", "--techniques", "Data", "--compiler", "both", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [(r["technique"], r["slice"]) for r in doc["comparison"]] == [("Data", "UTAH-MASS")]
+    for row in doc["comparison"]:
+        assert row["cpu_bytes"] > 0 and row["gpu_bytes"] > 0 and row["gpu_over_cpu"] == row["gpu_bytes"] / row["cpu_bytes"]
+    assert {r["memory"]["source"] for r in doc["records"]} == {memory.SOURCE, gpu_compiler.SOURCE}
+    assert "cudart_stub" not in proc.stderr  # the plugin's start-up without a driver is not the user's news
