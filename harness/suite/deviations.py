@@ -17,7 +17,7 @@ _SAME_ARITHMETIC = ("on one emulated VM Data and ZeRO2 do the same arithmetic on
                     "full reproduce (five slices pooled) had them tie within the noise, a CI run had ZeRO2 9% ahead: "
                     "the machine's load picks the winner")
 _ZERO2_T4 = ("in XLA's memory analysis ZeRO2 saves ~4 GiB per GPU over Data for gpt2L (19.1 vs 22.8 GiB at the "
-             "stated assumptions), not enough to bring it under a T4's usable 14.4 GiB; of the 36 setups "
+             "stated assumptions; XLA's GPU compiler for the slices' own GPUs gives 18.7 vs 22.4), not enough to bring it under a T4's usable 14.4 GiB; of the 36 setups "
              "`memory --infer` tries, only 1 sequence per GPU in float16 fits it on a T4, and there Pipeshard fits "
              "too, which the paper saw fail: no plausible setup reproduces the paper's gpt2L runs on 2 RTX + 2 T4")
 _ONE_PROGRAM_PER_HARDWARE = ("the analysis gives one figure per technique, model and GPU, at one stated setup; the "
@@ -32,7 +32,8 @@ _PIPESHARD_FIRST_STAGE = ("analysed per stage as Alpa compiles it, Pipeshard's f
 _GPT2L_ON_T4 = ("XLA's CPU analysis puts gpt2l with Data or Shard over a T4's usable 14.4 GiB at the stated setup "
                 "(20.0 and 20.2 GiB; parameters, gradients and Adam's moments alone take 8.6 GiB), yet the paper ran "
                 "both on TACC-TACC's T4s: its gpt2l runs (the model it cut down for tight memory) must have used a "
-                "smaller setup, or the GPU compiler smaller buffers")
+                "smaller setup (XLA's GPU compiler for a T4 needs a few percent less than its CPU compiler, `memory --compiler "
+                "both`, not the 30% it would take)")
 _GPT2L_PIPESHARD = ("at the stated 4 sequences per GPU Pipeshard's first stage needs 25.9 GiB for gpt2l (two "
                     "microbatches in flight), over the usable 21.6 GiB of an RTX 6000 or A30; the paper's gpt2l "
                     "runs, its model for tight memory, likely used a smaller batch")
