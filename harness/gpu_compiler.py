@@ -115,7 +115,7 @@ COMPILERS = ("auto", "cpu", "gpu")
 def choose(compiler: str):
     """A GpuCompiler for "gpu", None (XLA's CPU compiler) for "cpu"; "auto" is "gpu" on a machine
     with a GPU and the plugin (a GPU machine's JAX has it), "cpu" elsewhere: the CPU compiler is
-    three times faster, and within a few percent (tests_cpu/test_gpu_compiler.py)."""
+    four to seven times faster, and within a few percent (tests_cpu/test_gpu_compiler.py)."""
     if compiler not in COMPILERS:
         raise BadInput(f"compiler must be one of {', '.join(COMPILERS)}, got {compiler!r}")
     if compiler == "auto":

@@ -19,7 +19,7 @@ here (config.Setup), and `harness memory` shows how the verdicts move when they 
 import dataclasses
 import time
 
-from harness import model, records, train
+from harness import gpu_compiler, model, records, train
 from harness.config import GPTConfig, Setup, TrainConfig
 from harness.hardware import GiB
 from harness.netmodel import Links
@@ -135,8 +135,6 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
 
 
 def source(compiler) -> str:
-    from harness import gpu_compiler
-
     return gpu_compiler.SOURCE if compiler else SOURCE
 
 

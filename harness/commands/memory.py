@@ -112,6 +112,9 @@ def _both(models, chosen, gpu_counts, a: Setup, args) -> tuple[int, dict]:
     with gpu_compiler.choose("gpu") as compiler:  # the plugin is checked before any compiling
         on_cpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, {}, None, prefix="[cpu] ")
         on_gpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, {}, compiler, prefix="[gpu] ")
+    key = lambda r: (r["model"]["name"], r["cluster"]["slice"], tuple(r["cluster"]["vms_used"]), r["technique"])
+    if [key(r) for r in on_cpu] != [key(r) for r in on_gpu]:
+        raise RuntimeError("the two compilers' analyses cover different runs")
     rows = []
     for c, g in zip(on_cpu, on_gpu):
         cb, gb = c["memory"]["bytes_per_device"], g["memory"]["bytes_per_device"]
