@@ -5,6 +5,7 @@ reason when JAX sees no GPU; `pytest -m fabric` runs tests_fabric/ and skips eac
 inventory is given. None of them passes silently: a skip says why.
 """
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,19 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 MARKER_BY_DIR = {"tests_cpu": "cpu", "tests_gpu": "gpu", "tests_fabric": "fabric"}
 # The claims' options, fixtures and markers come from the harness's own pytest plugin
 # (harness/suite/plugin.py, the pytest11 entry point harness-claims), loaded wherever it is installed.
+
+
+def pytest_configure(config):
+    # `pytest -m cpu` is CI's suite on every machine. Where there is a GPU too, its one-process
+    # clusters and the commands its tests start still run on the CPU devices, not on the GPU JAX
+    # would otherwise pick: a 4-device mesh would not fit on one GPU, and results would differ.
+    if cpu_only(config.option.markexpr):
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def cpu_only(markexpr: str | None) -> bool:
+    words = set(re.findall(r"\w+", markexpr or ""))
+    return "cpu" in words and not words & {"gpu", "fabric"}
 
 
 def pytest_collection_modifyitems(config, items):

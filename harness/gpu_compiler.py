@@ -45,13 +45,17 @@ DATASHEETS = {  # NVIDIA's data sheets and architecture whitepapers
     "T4": Datasheet((7, 5), 40, 4 * MiB, 320e9, 1.59),
     "RTX6000": Datasheet((7, 5), 72, 6 * MiB, 672e9, 1.77),
     "A30": Datasheet((8, 0), 56, 24 * MiB, 933e9, 1.44),
+    "A40": Datasheet((8, 6), 84, 6 * MiB, 696e9, 1.74),
     "A100-40GB": Datasheet((8, 0), 108, 40 * MiB, 1555e9, 1.41),
+    "A100-80GB": Datasheet((8, 0), 108, 40 * MiB, 2039e9, 1.41),  # SXM; the PCIe card has 1935e9
     "H100": Datasheet((9, 0), 132, 50 * MiB, 3350e9, 1.98),
+    "H100-PCIe": Datasheet((9, 0), 114, 50 * MiB, 2000e9, 1.755),
     "H200": Datasheet((9, 0), 132, 50 * MiB, 4800e9, 1.98),
 }
-# Per SM, by compute capability: (threads, shared memory, shared memory one block may opt into).
-_SM_LIMITS = {(7, 5): (1024, 64 * 1024, 64 * 1024), (8, 0): (2048, 164 * 1024, 163 * 1024),
-              (9, 0): (2048, 228 * 1024, 227 * 1024)}
+# Per SM, by compute capability: (threads, shared memory, shared memory one block may opt into,
+# FP32 units), from CUDA's programming guide.
+_SM_LIMITS = {(7, 5): (1024, 64 * 1024, 64 * 1024, 64), (8, 0): (2048, 164 * 1024, 163 * 1024, 64),
+              (8, 6): (1536, 100 * 1024, 99 * 1024, 128), (9, 0): (2048, 228 * 1024, 227 * 1024, 128)}
 SOURCE = "xla-gpu-memory-analysis (compile only, for the slice's GPUs, no GPU needed)"
 
 
@@ -60,12 +64,12 @@ def target_config(gpu: str) -> str:
     sheet, acc = DATASHEETS.get(gpu), accelerator(gpu)
     if sheet is None:
         raise BadInput(f"GPU {gpu}: no data sheet for the GPU compiler; known: {', '.join(DATASHEETS)}")
-    threads, shared, optin = _SM_LIMITS[sheet.compute_capability]
+    threads, shared, optin, fpus = _SM_LIMITS[sheet.compute_capability]
     major, minor = sheet.compute_capability
     return f"""gpu_device_info {{
   threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
   shared_memory_per_core: {shared} shared_memory_per_block_optin: {optin} threads_per_core_limit: {threads}
-  core_count: {sheet.sms} fpus_per_core: {128 if major >= 9 else 64}
+  core_count: {sheet.sms} fpus_per_core: {fpus}
   block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
   registers_per_core_limit: 65536 registers_per_block_limit: 65536
   memory_bandwidth: {int(sheet.bandwidth_bytes_s)} l2_cache_size: {sheet.l2_bytes}

@@ -14,6 +14,7 @@ XLA's allocator take XLA_MEMORY_FRACTION of each GPU, Alpa's default
 context and the cuDNN/cuBLAS workspaces. A step fits a GPU when it needs at most `usable_bytes`.
 (With ECC on, a T4 shows 15 GiB rather than 16; the data-sheet capacity is used here.)
 """
+import re
 from dataclasses import dataclass
 
 from harness.errors import BadInput
@@ -59,11 +60,30 @@ ACCELERATORS = {
         Accelerator("T4", 16 * GiB, 8.1, 65.0, "NVIDIA T4 datasheet"),
         Accelerator("RTX6000", 24 * GiB, 16.3, 130.5, "NVIDIA Quadro RTX 6000 datasheet"),
         Accelerator("A30", 24 * GiB, 10.3, 165.0, "NVIDIA A30 datasheet", peak_tflops_tf32=82.0),
+        Accelerator("A40", 48 * GiB, 37.4, 149.7, "NVIDIA A40 datasheet", peak_tflops_tf32=74.8),
         Accelerator("A100-40GB", 40 * GiB, 19.5, 312.0, "NVIDIA A100 datasheet", peak_tflops_tf32=156.0),
+        Accelerator("A100-80GB", 80 * GiB, 19.5, 312.0, "NVIDIA A100 datasheet", peak_tflops_tf32=156.0),
         Accelerator("H100", 80 * GiB, 67.0, 989.0, "NVIDIA H100 SXM datasheet", peak_tflops_tf32=494.5),
+        Accelerator("H100-PCIe", 80 * GiB, 51.2, 756.0, "NVIDIA H100 PCIe datasheet", peak_tflops_tf32=378.0),
         Accelerator("H200", 141 * GB, 67.0, 989.0, "NVIDIA H200 datasheet (141 GB, decimal)", peak_tflops_tf32=494.5),
     ]
 }
+
+# CUDA's device names (JAX's device_kind), matched on whole words, the most specific first. A name
+# that only looks like a known GPU is another GPU, with other peaks and memory: it stays unknown
+# (no MFU) rather than being measured against the wrong data sheet.
+_DEVICE_KINDS = [
+    (r"\bRTX 6000 ADA\b|\bNVL\b|\bGH200\b", None),  # Ada's RTX 6000; H100/H200 NVL; Grace Hopper
+    (r"\bT4\b", "T4"),
+    (r"\bRTX 6000\b", "RTX6000"),
+    (r"\bA30\b", "A30"),
+    (r"\bA40\b", "A40"),
+    (r"\bA100\b.*\b80GB\b", "A100-80GB"),
+    (r"\bA100\b", "A100-40GB"),
+    (r"\bH100 PCIE\b", "H100-PCIe"),
+    (r"\bH100\b", "H100"),
+    (r"\bH200\b", "H200"),
+]
 
 
 def accelerator(name: str) -> Accelerator:
@@ -74,10 +94,10 @@ def accelerator(name: str) -> Accelerator:
 
 
 def identify(device_kind: str) -> Accelerator | None:
-    """Map a JAX device_kind string ('Tesla T4', 'NVIDIA H100 80GB HBM3', ...) to a known GPU."""
-    kind = device_kind.upper().replace(" ", "")
-    for key, names in {"T4": ["T4"], "RTX6000": ["RTX6000"], "A30": ["A30"],
-                       "A100-40GB": ["A100"], "H100": ["H100"], "H200": ["H200"]}.items():
-        if any(n in kind for n in names):
-            return ACCELERATORS[key]
+    """The GPU of the table that a JAX device_kind ('Tesla T4', 'NVIDIA H100 80GB HBM3',
+    'NVIDIA A100-SXM4-80GB', ...) names, or None."""
+    kind = " ".join(device_kind.upper().replace("-", " ").split())
+    for pattern, name in _DEVICE_KINDS:
+        if re.search(pattern, kind):
+            return ACCELERATORS[name] if name else None
     return None

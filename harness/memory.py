@@ -9,15 +9,19 @@ memory than that is out of memory: the paper's x.
 Pipeshard is analysed as Alpa runs it: one program per stage, each compiled for its own VM's GPUs
 (techniques/pipeshard_stages.py), and each stage judged against the memory of the GPUs it runs on.
 
-Caveat, stated in every result: the program is compiled by XLA's CPU backend. Its buffer
-assignment and fusion differ from the GPU backend's, so absolute figures are estimates; the
-comparison between techniques on the same compiler is what the memory claims rest on.
+Caveat, stated in every result's source: by default the program is compiled by XLA's CPU
+backend, whose buffer assignment and fusion differ from the GPU backend's, so absolute figures are
+estimates; the comparison between techniques on the same compiler is what the memory claims rest
+on. gpu_compiler.py compiles the same programs with XLA's GPU compiler for the slice's own GPUs,
+without a GPU (the README's "Which compiler" has the two side by side).
 
 The paper does not state batch size, microbatches or precision; they are explicit assumptions
 here (config.Setup), and `harness memory` shows how the verdicts move when they change.
 """
 import dataclasses
 import time
+
+import jax
 
 from harness import gpu_compiler, model, records, train
 from harness.config import GPTConfig, Setup, TrainConfig
@@ -69,7 +73,10 @@ def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup, ro
     batch = a.batch_per_gpu * shape.n_devices
     cfg = TrainConfig(batch_size=batch, seq_len=model_cfg.n_positions, steps=1)
     rows = row_gpus or [None] * shape.hosts
-    devices = (lambda gpu, s: devices_for(gpu, s.hosts, s.devices_per_host)) if devices_for else (lambda gpu, s: None)
+    # Without devices_for, the CPU's devices (JAX_NUM_CPU_DEVICES of them), also on a machine whose
+    # default backend is a GPU: the CPU compiler is the CPU's, and its meshes need more devices than one GPU.
+    devices = (lambda gpu, s: devices_for(gpu, s.hosts, s.devices_per_host)) if devices_for \
+        else (lambda gpu, s: jax.devices("cpu"))
     start = time.perf_counter()
     if tech.name == "Pipeshard":
         stages = stage_programs(model_cfg, shape, batch, model_cfg.n_positions, a.micro_batches,

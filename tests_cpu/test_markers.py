@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.cluster.layout import visible_gpus
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -15,11 +17,10 @@ def run_pytest(*args, env=None):
 
 
 def test_gpu_tests_skip_with_reason_without_gpu():
-    import jax
-
-    if jax.default_backend() == "gpu":
-        pytest.skip("this machine has a GPU: the gpu tests really run here")
-    proc = run_pytest("-m", "gpu", "tests_gpu")
+    if visible_gpus():
+        pytest.skip(f"this machine has GPUs ({', '.join(visible_gpus())}): the gpu tests really run here")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}  # as a user would start it
+    proc = run_pytest("-m", "gpu", "tests_gpu", env=env)
     assert proc.returncode == 0, proc.stdout
     assert "no GPU: JAX has no gpu backend here" in proc.stdout
     assert " passed" not in proc.stdout.splitlines()[-1]
@@ -31,3 +32,22 @@ def test_fabric_tests_skip_with_reason_without_inventory():
     assert proc.returncode == 0, proc.stdout
     assert "no slice inventory: pass --slice-inventory FILE or set HARNESS_SLICE_INVENTORY" in proc.stdout
     assert " passed" not in proc.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("markexpr, pinned", [
+    ("cpu", True), ("cpu and not slow", True), ("", False), (None, False), ("gpu", False),
+    ("cpu or gpu", False), ("not gpu", False), ("fabric", False)])
+def test_the_cpu_suite_is_pinned_to_the_cpu_even_beside_a_gpu(markexpr, pinned):
+    from conftest import cpu_only
+
+    assert cpu_only(markexpr) is pinned
+
+
+def test_this_cpu_run_compiles_for_the_cpu(pytestconfig):
+    import jax
+
+    from conftest import cpu_only
+
+    if not cpu_only(pytestconfig.option.markexpr):
+        pytest.skip(f"not a `pytest -m cpu` run (-m {pytestconfig.option.markexpr!r}): JAX picks its own backend")
+    assert os.environ.get("JAX_PLATFORMS") == "cpu" and jax.default_backend() == "cpu"

@@ -6,14 +6,15 @@
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh")                  # everything
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh tests_gpu/test_speed_gpu.py")
 #
-# Extra arguments go to pytest.
+# Extra arguments go to pytest. junit.xml holds the figures tests record as properties (the GPU
+# compiler's forecast against this GPU's compile and allocation).
 set -euo pipefail
 out=${OUT:-reports/device}
 mkdir -p "$out"
 eval "$(tests_gpu/device_bundle.sh install)"
 { nvidia-smi -L || true; python3 -c "import jax; print('jax', jax.__version__, jax.devices())"; } > "$out/machine.txt" 2>&1
 status=0
-python3 -m pytest -m gpu -p no:cacheprovider -ra --benchmark-json "$out/benchmark.json" \
+python3 -m pytest -m gpu -p no:cacheprovider -ra --benchmark-json "$out/benchmark.json" --junitxml "$out/junit.xml" \
     --report-dir "$out/claims" "$@" > "$out/pytest.log" 2>&1 || status=$?
 tail -40 "$out/pytest.log"
 exit $status
