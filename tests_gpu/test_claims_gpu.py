@@ -1,8 +1,10 @@
 """The paper's claims on this machine's GPUs (marker gpu): the emulated slices of tests_cpu, with
 each emulated VM given its own GPUs and NCCL kept off shared memory, so traffic crosses the link.
 
-    pytest -m gpu --trial-model gpt2m            # paper scale, on a machine with 4 GPUs or more
-Skips with the reason when this machine has fewer GPUs than a slice needs.
+    pytest -m gpu                                                   # the scale model
+    pytest -m gpu --trial-model gpt2m --trial-precision bfloat16   # paper scale
+On fewer GPUs than a slice needs (one GPU), the emulated VMs share them: a worker process per
+emulated GPU with its share of the memory (harness/cluster/layout.py).
 """
 import pytest
 
