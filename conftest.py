@@ -5,7 +5,6 @@ reason when JAX sees no GPU; `pytest -m fabric` runs tests_fabric/ and skips eac
 inventory is given. None of them passes silently: a skip says why.
 """
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -33,8 +32,16 @@ def pytest_configure(config):
 
 
 def cpu_only(markexpr: str | None) -> bool:
-    words = set(re.findall(r"\w+", markexpr or ""))
-    return "cpu" in words and not words & {"gpu", "fabric"}
+    """Whether `-m markexpr` selects tests_cpu/ and neither tests_gpu/ nor tests_fabric/, read as
+    pytest reads it (so `-m "not cpu"` is no CPU-only run)."""
+    if not markexpr:
+        return False
+    # pytest's own parser of -m expressions; private, but the one way to read them as -m does.
+    from _pytest.mark.expression import Expression
+
+    expr = Expression.compile(markexpr)
+    selects = lambda marker: expr.evaluate(lambda name, **kwargs: name == marker)  # noqa: E731
+    return selects("cpu") and not selects("gpu") and not selects("fabric")
 
 
 def pytest_collection_modifyitems(config, items):

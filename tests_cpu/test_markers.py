@@ -35,8 +35,9 @@ def test_fabric_tests_skip_with_reason_without_inventory():
 
 
 @pytest.mark.parametrize("markexpr, pinned", [
-    ("cpu", True), ("cpu and not slow", True), ("", False), (None, False), ("gpu", False),
-    ("cpu or gpu", False), ("not gpu", False), ("fabric", False)])
+    ("cpu", True), ("cpu and not slow", True), ("(cpu)", True), ("", False), (None, False), ("gpu", False),
+    ("cpu or gpu", False), ("not gpu", False), ("not cpu", False), ("not (gpu or fabric)", True),
+    ("fabric", False)])
 def test_the_cpu_suite_is_pinned_to_the_cpu_even_beside_a_gpu(markexpr, pinned):
     from conftest import cpu_only
 

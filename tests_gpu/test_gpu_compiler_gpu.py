@@ -10,7 +10,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from harness import gpu_compiler, hardware, memory
+from harness import gpu_compiler, hardware
 from harness.config import Setup, model_config
 from harness.techniques import ClusterShape, technique
 
@@ -52,6 +52,7 @@ def test_the_forecast_is_this_gpus_own_compile_and_allocation(record_property):
                           capture_output=True, text=True, timeout=480)
     assert proc.returncode == 0, proc.stderr[-3000:]
     here = json.loads(proc.stdout.splitlines()[-1])
+    assert here["compiled_bytes"] and here["peak_bytes_in_use"], f"this GPU gave no memory figures: {here}"
     for name, value in {"forecast_bytes": forecast, **here}.items():
         record_property(name, value)
     summary = (f"{MODEL}, {SETUP.batch_per_gpu} sequences, {SETUP.precision}, on one {gpu}: forecast without a GPU "
