@@ -1,10 +1,19 @@
 """tests_gpu/device_bundle.sh, the recipe that carries what the suite needs to a lent GPU machine:
-its arguments and its failure before any work. (Building downloads Ray's 79 MB wheel and the
-Debian packages: run `tests_gpu/device_bundle.sh build` by hand; the note of issue 15 has its size.)"""
+its arguments, its failure before any work, and its install on a small bundle of the same shape.
+(Building downloads Ray's 79 MB wheel and the Debian packages: run `tests_gpu/device_bundle.sh
+build` by hand; the note of issue 15 has its size.)"""
+import os
+import platform
+import shutil
 import subprocess
+import tarfile
+import zipfile
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "tests_gpu" / "device_bundle.sh"
+LOADER = Path("/lib64/ld-linux-x86-64.so.2")
 
 
 def test_usage_and_a_missing_bundle_are_one_line_errors(tmp_path):
@@ -14,3 +23,80 @@ def test_usage_and_a_missing_bundle_are_one_line_errors(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip() == (f"device_bundle: {tmp_path}/ray.tar.xz is missing: build the bundle first "
                                    f"and carry {tmp_path}")
+
+
+def _small_bundle(root: Path, tools=("ip", "tc")) -> Path:
+    """A bundle laid out as `build` lays it out: an unpacked package with an executable in
+    ray.tar.xz, a wheel, and an iproute2 .deb whose tools are a real ELF program (env, so that
+    running one shows the environment it got)."""
+    bundle = root / "bundle"
+    (bundle / "wheels").mkdir(parents=True)
+    (bundle / "debs").mkdir()
+    unpacked = root / "unpacked" / "probe_ray"
+    unpacked.mkdir(parents=True)
+    (unpacked / "__init__.py").write_text("")
+    (unpacked / "server").write_text("#!/bin/sh\necho serving\n")
+    (unpacked / "server").chmod(0o755)
+    with tarfile.open(bundle / "ray.tar.xz", "w:xz") as tar:
+        tar.add(unpacked, arcname="probe_ray")
+    with zipfile.ZipFile(bundle / "wheels" / "probe_wheel-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("probe_wheel/__init__.py", "WHO = 'the bundle'\n")
+        wheel.writestr("probe_wheel-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: probe-wheel\nVersion: 1.0\n")
+        wheel.writestr("probe_wheel-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr("probe_wheel-1.0.dist-info/RECORD", "")
+    package = root / "iproute2"
+    (package / "DEBIAN").mkdir(parents=True)
+    (package / "DEBIAN" / "control").write_text("Package: iproute2\nVersion: 0.1\nArchitecture: amd64\n"
+                                                "Maintainer: suite <suite@localhost>\nDescription: test stand-in\n")
+    for tool, folder in zip(tools, ("bin", "sbin")):
+        (package / folder).mkdir(exist_ok=True)
+        shutil.copy2(shutil.which("env"), package / folder / tool)
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(package), str(bundle / "debs" / "iproute2.deb")],
+                   check=True, capture_output=True)
+    return bundle
+
+
+def _install(bundle: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+    return subprocess.run([str(SCRIPT), "install", str(bundle)], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("dpkg") is None,
+                                reason="dpkg-deb and dpkg are needed to make and unpack the test's .deb")
+needs_loader = pytest.mark.skipif(platform.machine() != "x86_64" or not LOADER.exists(),
+                                  reason=f"the bundle's tools run through {LOADER} (x86-64 glibc)")
+
+
+@needs_dpkg
+@needs_loader
+def test_install_puts_the_bundle_first_and_keeps_its_libraries_from_what_ip_starts(tmp_path):
+    bundle = _small_bundle(tmp_path)
+    for _ in range(2):  # a warm machine keeps the installed tree: the second install must match the first
+        proc = _install(bundle, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "already exists" not in proc.stderr
+    exports = proc.stdout
+    assert "LD_LIBRARY_PATH" not in exports
+    assert (bundle / "installed" / "site" / "probe_ray" / "server").stat().st_mode & 0o111
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+    script = (f"{exports}\n"
+              "command -v ip\n"
+              "python3 -c 'import probe_wheel; print(probe_wheel.WHO)'\n"
+              "ip\n")  # the stand-in ip is env: it prints what a command started through `ip netns exec` gets
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == str(bundle.resolve() / "installed" / "bin" / "ip")
+    assert lines[1] == "the bundle"
+    started_with = dict(line.split("=", 1) for line in lines[2:] if "=" in line)
+    assert "LD_LIBRARY_PATH" not in started_with
+    assert started_with["PYTEST_PLUGINS"] == "harness.suite.plugin"
+
+
+@needs_dpkg
+def test_install_names_a_missing_tool(tmp_path):
+    bundle = _small_bundle(tmp_path, tools=("ip",))
+    proc = _install(bundle, tmp_path)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == f"device_bundle: tc is not in {bundle}/debs: rebuild the bundle"

@@ -5,7 +5,7 @@
 #   tests_gpu/device_bundle.sh build [DIR]     # here, with the package registries: DIR (default
 #                                              # .device-bundle, git-ignored) under 64 MiB
 #   tests_gpu/device_bundle.sh install [DIR]   # there, in the repository root: prints the exports
-#                                              # to eval (PYTHONPATH, PATH, LD_LIBRARY_PATH, PYTEST_PLUGINS)
+#                                              # to eval (PYTHONPATH, PATH, PYTEST_PLUGINS)
 #
 # e.g. run(carry=[".device-bundle"], command="eval $(tests_gpu/device_bundle.sh install) && pytest -m gpu")
 #
@@ -23,7 +23,7 @@ RAY="ray==2.60.0"
 WHEELS=(datasets==5.2.0 dill multiprocess xxhash jsonschema jsonschema-specifications referencing rpds-py attrs
         "tokenizers>=0.23,<0.24" "pyroute2>=0.9.7,<0.10" "pytest-benchmark>=5,<6" py-cpuinfo
         "pytest-xdist>=3.6,<4" execnet hypothesis sortedcontainers)
-DEBS=(iproute2 libbpf1 libelf1 libmnl0 libxtables12 libcap2 libdb5.3 libtirpc3 libgssapi-krb5-2 libkrb5-3
+DEBS=(iproute2 libbpf1 libelf1 libmnl0 libxtables12 libcap2 libbsd0 libmd0 libdb5.3 libtirpc3 libgssapi-krb5-2 libkrb5-3
       libk5crypto3 libkrb5support0 libkeyutils1)
 LIMIT_BYTES=$((60 * 1024 * 1024))  # under the 64 MiB a call carries, with room for the repository
 
@@ -32,7 +32,23 @@ build() {
     rm -rf "$dir" && mkdir -p "$dir/wheels" "$dir/debs" "$dir/tmp"
     pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" --platform "$PLATFORM" \
         -d "$dir/tmp" "$RAY"
-    (cd "$dir/tmp" && python3 -m zipfile -e ray-*.whl unpacked)
+    # Unpacked keeping the wheel's file modes: `python3 -m zipfile -e` drops them, and Ray's
+    # gcs_server and raylet must stay executable.
+    (cd "$dir/tmp" && python3 -c '
+import glob, os, zipfile
+with zipfile.ZipFile(glob.glob("ray-*.whl")[0]) as wheel:
+    for member in wheel.infolist():
+        path = wheel.extract(member, "unpacked")
+        mode = member.external_attr >> 16
+        if mode & 0o111:
+            os.chmod(path, mode & 0o777)')
+    local binary
+    for binary in ray/core/src/ray/gcs/gcs_server ray/core/src/ray/raylet/raylet; do
+        if [ ! -x "$dir/tmp/unpacked/$binary" ]; then
+            echo "device_bundle: $binary is not executable after unpacking $RAY" >&2
+            exit 1
+        fi
+    done
     rm -rf "$dir/tmp/unpacked/ray/jars"
     find "$dir/tmp/unpacked" -name '*.map' -delete
     tar -C "$dir/tmp/unpacked" -cJf "$dir/ray.tar.xz" .
@@ -56,14 +72,31 @@ install() {
         echo "device_bundle: $dir/ray.tar.xz is missing: build the bundle first and carry $dir" >&2
         exit 1
     fi
-    mkdir -p "$prefix/site" "$prefix/root"
+    # A warm machine keeps ignored paths between calls: start from nothing so that a second call
+    # installs the same thing as the first.
+    rm -rf "$prefix" && mkdir -p "$prefix/site" "$prefix/root" "$prefix/bin"
     tar -C "$prefix/site" -xJf "$dir/ray.tar.xz"
     python3 -m pip install --quiet --no-deps --no-index --target "$prefix/site" "$dir"/wheels/*.whl >&2
     for deb in "$dir"/debs/*.deb; do dpkg -x "$deb" "$prefix/root"; done
-    local libs="$prefix/root/usr/lib/x86_64-linux-gnu:$prefix/root/lib/x86_64-linux-gnu"
+    # ip and tc find their Debian libraries through the loader's --library-path, which, unlike
+    # LD_LIBRARY_PATH, is not inherited: `ip netns exec` starts Python, Ray and CUDA with the
+    # machine's own libraries.
+    local libs="$prefix/root/usr/lib/x86_64-linux-gnu:$prefix/root/lib/x86_64-linux-gnu" tool binary candidate
+    for tool in ip tc; do
+        binary=
+        for candidate in "$prefix"/root/{usr/sbin,usr/bin,sbin,bin}/"$tool"; do
+            if [ -f "$candidate" ] && [ ! -L "$candidate" ]; then binary=$candidate; fi
+        done
+        if [ -z "$binary" ]; then
+            echo "device_bundle: $tool is not in $dir/debs: rebuild the bundle" >&2
+            exit 1
+        fi
+        printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path %s %s "$@"\n' "$libs" "$binary" \
+            > "$prefix/bin/$tool"
+        chmod +x "$prefix/bin/$tool"
+    done
     echo "export PYTHONPATH=$prefix/site:$PWD\${PYTHONPATH:+:\$PYTHONPATH}"
-    echo "export PATH=$prefix/root/bin:$prefix/root/sbin:$prefix/root/usr/bin:\$PATH"
-    echo "export LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+    echo "export PATH=$prefix/bin:\$PATH"
     # The claims' pytest plugin is an entry point of the installed package; from the checkout it is named here.
     echo "export PYTEST_PLUGINS=harness.suite.plugin"
 }
