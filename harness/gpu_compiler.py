@@ -5,7 +5,8 @@ JAX compiles for a GPU it does not have through a compile-only topology
 GPU and a topology "1 x VMs x GPUs per VM"): the CUDA plugin's compiler runs buffer assignment,
 fusion and its own rematerialisation against that GPU's memory, and the compiled program's memory
 analysis is what the GPU would have to hold. Nothing runs, so no CUDA driver or library is needed,
-only the plugin's two wheels (jax-cuda12-plugin and jax-cuda12-pjrt, of jaxlib's version).
+only the plugin's two wheels (jax-cuda12-plugin and jax-cuda12-pjrt, of jaxlib's version; a GPU
+machine's own CUDA 12 or 13 plugin serves as well).
 
 The plugin is kept out of the suite's own processes: where it is installed, every JAX process
 without a GPU prints a failed CUDA start-up. So `python -m harness.gpu_compiler install` unpacks it
@@ -91,10 +92,14 @@ def plugin_dir() -> Path:
         else cache_dir("gpu-compiler")
 
 
+# JAX's CUDA plugins by CUDA major version; either registers the "cuda" platform the topology needs.
+_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
+
+
 def _installed() -> bool:
-    """Whether this environment itself has the plugin (a GPU machine's JAX does)."""
+    """Whether this environment itself has a CUDA plugin (a GPU machine's JAX does, for CUDA 12 or 13)."""
     try:
-        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+        return any(importlib.util.find_spec(name) is not None for name in _PLUGINS)
     except ModuleNotFoundError:  # no jax_plugins namespace at all
         return False
 

@@ -45,6 +45,21 @@ def test_without_the_plugin_the_memory_command_says_how_to_install_it_before_com
     assert "jaxlib" in lines[0] and str(env_dir) in lines[0]
 
 
+@pytest.mark.parametrize("cuda", ["12", "13"])
+def test_a_gpu_machines_own_cuda_plugin_is_the_gpu_compiler(tmp_path, cuda):
+    """A GPU machine's JAX carries its CUDA plugin (the lent H100's is CUDA 13's): the GPU compiler
+    uses it, with nothing unpacked by `install`."""
+    package = tmp_path / "site" / "jax_plugins" / f"xla_cuda{cuda}"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    probe = "from harness import gpu_compiler; print(gpu_compiler._installed(), gpu_compiler.missing())"
+    env = {**os.environ, "HARNESS_GPU_COMPILER": str(tmp_path / "nothing-here"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "None"]
+
+
 needs_plugin = pytest.mark.skipif(gpu_compiler.missing() is not None, reason=str(gpu_compiler.missing()))
 
 
