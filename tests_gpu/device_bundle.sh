@@ -75,7 +75,9 @@ install() {
     # A warm machine keeps ignored paths between calls: start from nothing so that a second call
     # installs the same thing as the first.
     rm -rf "$prefix" && mkdir -p "$prefix/site" "$prefix/root" "$prefix/bin"
-    tar -C "$prefix/site" -xJf "$dir/ray.tar.xz"
+    # Python's own lzma, since a slim image may have no xz for tar -J.
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+        "$dir/ray.tar.xz" "$prefix/site"
     python3 -m pip install --quiet --no-deps --no-index --target "$prefix/site" "$dir"/wheels/*.whl >&2
     for deb in "$dir"/debs/*.deb; do dpkg -x "$deb" "$prefix/root"; done
     # ip and tc find their Debian libraries through the loader's --library-path, which, unlike
