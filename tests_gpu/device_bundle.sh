@@ -4,8 +4,9 @@
 #
 #   tests_gpu/device_bundle.sh build [DIR]     # here, with the package registries: DIR (default
 #                                              # .device-bundle, git-ignored) under 64 MiB
-#   tests_gpu/device_bundle.sh install [DIR]   # there, in the repository root: prints the exports
-#                                              # to eval (PYTHONPATH, PATH, PYTEST_PLUGINS)
+#   tests_gpu/device_bundle.sh install [DIR]   # there, in the repository root: unpacks into
+#                                              # $DEVICE_BUNDLE_PREFIX (default $TMPDIR/device-bundle) and
+#                                              # prints the exports to eval (PYTHONPATH, PATH, PYTEST_PLUGINS)
 #
 # e.g. run(carry=[".device-bundle"], command="eval $(tests_gpu/device_bundle.sh install) && pytest -m gpu")
 #
@@ -67,14 +68,15 @@ with zipfile.ZipFile(glob.glob("ray-*.whl")[0]) as wheel:
 
 install() {
     local dir=$1 prefix
-    prefix=$(cd "$dir" && pwd)/installed
+    # Outside the bundle, which must stay small enough to carry; $DEVICE_BUNDLE_PREFIX to choose.
+    prefix=${DEVICE_BUNDLE_PREFIX:-${TMPDIR:-/tmp}/device-bundle}
     if [ ! -f "$dir/ray.tar.xz" ]; then
         echo "device_bundle: $dir/ray.tar.xz is missing: build the bundle first and carry $dir" >&2
         exit 1
     fi
-    # A warm machine keeps ignored paths between calls: start from nothing so that a second call
+    # A warm machine keeps its files between calls: start from nothing so that a second call
     # installs the same thing as the first.
-    rm -rf "$prefix" && mkdir -p "$prefix/site" "$prefix/root" "$prefix/bin"
+    rm -rf "$prefix/site" "$prefix/root" "$prefix/bin" && mkdir -p "$prefix/site" "$prefix/root" "$prefix/bin"
     # Python's own lzma, since a slim image may have no xz for tar -J.
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
         "$dir/ray.tar.xz" "$prefix/site"
