@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite in one call on a lent GPU machine (a few full calls are all its 30 minutes allow):
-# the bundle installed (device_bundle.sh), then `pytest -m gpu` with its benchmark JSON and the
-# claims' report written under $OUT (default reports/device), which comes back with the call.
+# the bundle installed (device_bundle.sh), a probe of the emulation, then `pytest -m gpu` with its
+# benchmark JSON, JUnit XML and the claims' report, all of it packed into $OUT (default
+# reports/device), which comes back with the call.
 #
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh")                  # everything
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh tests_gpu/test_speed_gpu.py")
@@ -9,19 +10,37 @@
 # Extra arguments go to pytest; DEVICE_RUN_LIMIT_S (default 540) bounds pytest's run. junit.xml
 # holds the figures tests record as properties (the GPU compiler's forecast against this GPU's
 # compile and allocation).
+#
+# $OUT receives three files: device-run.tar.gz (everything below), pytest.log and, where the claims
+# ran, claims.md. A call brings back at most 8 files, and the claims' report alone has more.
+#   machine.txt     nvidia-smi, JAX's devices, and what the emulation probe said on stderr
+#   emulate.json    `python -m harness emulate --ray --json`: the link and Ray, before any trial
+#   pytest.log, benchmark.json, junit.xml, claims/ (the --report-dir: results.jsonl, claims.md, ...)
 set -euo pipefail
 out=${OUT:-reports/device}
 mkdir -p "$out"
+work=$(mktemp -d "${TMPDIR:-/tmp}/device-run.XXXXXX")
+pack() {
+    tar -czf "$out/device-run.tar.gz" -C "$work" .
+    cp "$work/pytest.log" "$out/" 2>/dev/null || true
+    cp "$work/claims/claims.md" "$out/" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap pack EXIT
+
 eval "$(tests_gpu/device_bundle.sh install)"
-{ nvidia-smi -L || true; python3 -c "import jax; print('jax', jax.__version__, jax.devices())"; } > "$out/machine.txt" 2>&1
-# A call is killed at its limit (600 s at most) with nothing written at the session's end; pytest
+{ nvidia-smi -L || true; python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || true; } \
+    > "$work/machine.txt" 2>&1
+python3 -m harness emulate --ray --json > "$work/emulate.json" 2>> "$work/machine.txt" || true
+
+# A call is killed at its limit (600 s at most), and nothing it wrote comes back; pytest
 # interrupted (as by Ctrl-C) first tears down what it started and still writes the benchmark JSON,
-# the JUnit XML and the trials it finished, each unfinished one recorded as interrupted.
+# the JUnit XML and the trials it finished, an unfinished one recorded as interrupted.
 limit=${DEVICE_RUN_LIMIT_S:-540}
 status=0
 timeout --signal=INT --kill-after=30 "$limit" \
-    python3 -m pytest -m gpu -p no:cacheprovider -ra --benchmark-json "$out/benchmark.json" --junitxml "$out/junit.xml" \
-    --report-dir "$out/claims" "$@" > "$out/pytest.log" 2>&1 || status=$?
-tail -40 "$out/pytest.log"
+    python3 -m pytest -m gpu -p no:cacheprovider -ra --benchmark-json "$work/benchmark.json" \
+    --junitxml "$work/junit.xml" --report-dir "$work/claims" "$@" > "$work/pytest.log" 2>&1 || status=$?
+tail -40 "$work/pytest.log"
 if [ "$status" = 124 ]; then echo "device_run: pytest interrupted at DEVICE_RUN_LIMIT_S=$limit s" >&2; fi
 exit $status
