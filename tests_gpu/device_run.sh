@@ -7,7 +7,7 @@
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh")                  # everything
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh tests_gpu/test_speed_gpu.py")
 #
-# Extra arguments go to pytest; DEVICE_RUN_LIMIT_S (default 540) bounds pytest's run. junit.xml
+# Extra arguments go to pytest; DEVICE_RUN_LIMIT_S (default 500) bounds pytest's run. junit.xml
 # holds the figures tests record as properties (the GPU compiler's forecast against this GPU's
 # compile and allocation).
 #
@@ -36,7 +36,7 @@ python3 -m harness emulate --ray --json > "$work/emulate.json" 2>> "$work/machin
 # A call is killed at its limit (600 s at most), and nothing it wrote comes back; pytest
 # interrupted (as by Ctrl-C) first tears down what it started and still writes the benchmark JSON,
 # the JUnit XML and the trials it finished, an unfinished one recorded as interrupted.
-limit=${DEVICE_RUN_LIMIT_S:-540}
+limit=${DEVICE_RUN_LIMIT_S:-500}
 status=0
 timeout --signal=INT --kill-after=30 "$limit" \
     python3 -m pytest -m gpu -p no:cacheprovider -ra --benchmark-json "$work/benchmark.json" \
