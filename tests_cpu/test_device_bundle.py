@@ -58,7 +58,7 @@ def _small_bundle(root: Path, tools=("ip", "tc")) -> Path:
 
 def _install(bundle: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
-    env["DEVICE_BUNDLE_PREFIX"] = str(cwd / "installed")
+    env["DEVICE_BUNDLE_PREFIX"] = str(cwd / "installed here")  # a space, which the exports must survive
     return subprocess.run([str(SCRIPT), "install", str(bundle)], capture_output=True, text=True, cwd=cwd, env=env)
 
 
@@ -78,7 +78,7 @@ def test_install_puts_the_bundle_first_and_keeps_its_libraries_from_what_ip_star
         assert "already exists" not in proc.stderr
     exports = proc.stdout
     assert "LD_LIBRARY_PATH" not in exports
-    assert (tmp_path / "installed" / "site" / "probe_ray" / "server").stat().st_mode & 0o111
+    assert (tmp_path / "installed here" / "site" / "probe_ray" / "server").stat().st_mode & 0o111
 
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
     script = (f"{exports}\n"
@@ -88,7 +88,7 @@ def test_install_puts_the_bundle_first_and_keeps_its_libraries_from_what_ip_star
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == str(tmp_path / "installed" / "bin" / "ip")
+    assert lines[0] == str(tmp_path / "installed here" / "bin" / "ip")
     assert lines[1] == "the bundle"
     started_with = dict(line.split("=", 1) for line in lines[2:] if "=" in line)
     assert "LD_LIBRARY_PATH" not in started_with

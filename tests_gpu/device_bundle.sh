@@ -95,12 +95,12 @@ install() {
             echo "device_bundle: $tool is not in $dir/debs: rebuild the bundle" >&2
             exit 1
         fi
-        printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path %s %s "$@"\n' "$libs" "$binary" \
+        printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path "%s" "%s" "$@"\n' "$libs" "$binary" \
             > "$prefix/bin/$tool"
         chmod +x "$prefix/bin/$tool"
     done
-    echo "export PYTHONPATH=$prefix/site:$PWD\${PYTHONPATH:+:\$PYTHONPATH}"
-    echo "export PATH=$prefix/bin:\$PATH"
+    echo "export PYTHONPATH=$(printf %q "$prefix/site:$PWD")\${PYTHONPATH:+:\$PYTHONPATH}"
+    echo "export PATH=$(printf %q "$prefix/bin"):\$PATH"
     # The claims' pytest plugin is an entry point of the installed package; from the checkout it is named here.
     echo "export PYTEST_PLUGINS=harness.suite.plugin"
 }
