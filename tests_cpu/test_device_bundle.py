@@ -56,8 +56,13 @@ def _small_bundle(root: Path, tools=("ip", "tc")) -> Path:
     return bundle
 
 
+def _plain_env() -> dict:
+    """This environment without a library or Python path of its own, so that what appears is the bundle's."""
+    return {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+
+
 def _install(bundle: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+    env = _plain_env()
     env["DEVICE_BUNDLE_PREFIX"] = str(cwd / "installed here")  # a space, which the exports must survive
     return subprocess.run([str(SCRIPT), "install", str(bundle)], capture_output=True, text=True, cwd=cwd, env=env)
 
@@ -80,7 +85,12 @@ def test_install_puts_the_bundle_first_and_keeps_its_libraries_from_what_ip_star
     assert "LD_LIBRARY_PATH" not in exports
     assert (tmp_path / "installed here" / "site" / "probe_ray" / "server").stat().st_mode & 0o111
 
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+    # The machine has its own copy of a bundled package (as the lent image has hypothesis): the
+    # bundle's must win.
+    machines = tmp_path / "machine-site" / "probe_wheel"
+    machines.mkdir(parents=True)
+    (machines / "__init__.py").write_text("WHO = 'the machine'\n")
+    env = {**_plain_env(), "PYTHONPATH": str(machines.parent)}
     script = (f"{exports}\n"
               "command -v ip\n"
               "python3 -c 'import probe_wheel; print(probe_wheel.WHO)'\n"
