@@ -111,3 +111,16 @@ def test_install_names_a_missing_tool(tmp_path):
     proc = _install(bundle, tmp_path)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip().splitlines()[-1] == f"device_bundle: tc is not in {bundle}/debs: rebuild the bundle"
+
+
+def test_device_run_stops_where_the_install_fails(tmp_path):
+    """Without a bundle, device_run.sh ends with the install's error, packing what it has; it does
+    not go on to run pytest without the suite's packages."""
+    (tmp_path / "tests_gpu").symlink_to(SCRIPT.parent)
+    env = {**_plain_env(), "OUT": str(tmp_path / "out"), "DEVICE_BUNDLE_PREFIX": str(tmp_path / "installed")}
+    proc = subprocess.run([str(SCRIPT.parent / "device_run.sh")], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("device_bundle: .device-bundle/ray.tar.xz is missing: build the bundle first "
+                                   "and carry .device-bundle")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["device-run.tar.gz"]

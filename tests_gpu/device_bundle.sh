@@ -8,7 +8,8 @@
 #                                              # $DEVICE_BUNDLE_PREFIX (default $TMPDIR/device-bundle) and
 #                                              # prints the exports to eval (PYTHONPATH, PATH, PYTEST_PLUGINS)
 #
-# e.g. run(carry=[".device-bundle"], command="eval $(tests_gpu/device_bundle.sh install) && pytest -m gpu")
+# e.g. run(carry=[".device-bundle"], command="x=$(tests_gpu/device_bundle.sh install) && eval \"$x\" && pytest -m gpu")
+# (not `eval "$(... install)" && ...`: eval succeeds on a failed install's empty output)
 #
 # Ray's wheel (79 MB) is over what a call carries; unpacked without its Java jars and the
 # dashboard's source maps and packed with xz it is about 31 MB. Its own dependencies and datasets'

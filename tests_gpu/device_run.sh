@@ -28,7 +28,10 @@ pack() {
 }
 trap pack EXIT
 
-eval "$(tests_gpu/device_bundle.sh install)"
+# Two steps: `eval "$(... install)"` succeeds when the install fails, and pytest would then run
+# without the bundle, failing on imports far from the cause.
+exports=$(tests_gpu/device_bundle.sh install)
+eval "$exports"
 { nvidia-smi -L || true; python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || true; } \
     > "$work/machine.txt" 2>&1
 python3 -m harness emulate --ray --json > "$work/emulate.json" 2>> "$work/machine.txt" || true
