@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import slices
+from harness.cluster.driver_client import DriverClient, DriverError
 from harness.cluster.ray_nodes import RayCluster
 from harness.emulation import netns, probe
 from harness.emulation.network import (
@@ -119,9 +120,16 @@ def test_each_vm_has_its_own_address_and_hostname_mapping(net):
 # ---- Ray, as on the paper's slices ----
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    with EmulatedNetwork(slices.load("UTAH-GPN"), rtt_ms=0.1) as network, RayCluster(network) as cluster:
-        yield cluster
+def ray_cluster(tmp_path_factory):
+    # Started where another Ray has left its token in ~/.ray, as any plain `ray.init()` does.
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text("f" * 64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        with EmulatedNetwork(slices.load("UTAH-GPN"), rtt_ms=0.1) as network, RayCluster(network) as cluster:
+            yield cluster
+    assert (home / ".ray" / "auth_token").read_text() == "f" * 64  # the user's token is left as it was
 
 
 def test_ray_has_one_node_per_vm_with_its_resources(ray_cluster):
@@ -133,6 +141,15 @@ def test_ray_has_one_node_per_vm_with_its_resources(ray_cluster):
 
 def test_actor_pinned_to_vm2_sees_vm2s_address(ray_cluster):
     assert ray_cluster.drive({"do": "where"}) == {"vm1": "198.18.0.1", "vm2": "198.18.0.2"}
+
+
+def test_a_driver_without_the_clusters_token_is_refused(ray_cluster):
+    """The same driver as in the tests above, from the same place, less the token."""
+    env = {k: v for k, v in ray_cluster.env.items() if k not in ray_cluster.auth}
+    outsider = DriverClient(["ip", "netns", "exec", ray_cluster.net.netns["vm1"]], ray_cluster.address,
+                            ["vm1", "vm2"], env=env)
+    with outsider, pytest.raises(DriverError, match="Failed to connect to Ray cluster"):
+        outsider.request({"do": "nodes"}, timeout=120)
 
 
 def test_link_down_mid_trial_fails_clearly_within_heartbeat_plus_15_s():

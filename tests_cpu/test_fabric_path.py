@@ -7,6 +7,7 @@ is checked is the path, not the claims (test_claims.py judges those, on the same
 link is short (2 ms) and one trial, Data on both VMs, stands for the others: the path does not
 depend on the technique, and every set of VMs costs its own worker start-up (~20 s here).
 """
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def test_fabric_suite_on_an_emulated_slice_posing_as_live(tmp_path):
                                  "-q", "-k", "test_ray_cluster or (test_trial and Data and 4gpu)",
                                  "--slice-inventory", str(inv), "--trial-model", "scale-tiny",
                                  "--report-dir", str(report)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+                         cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, **cluster.auth})  # as a user of a token-protected slice would
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "2 passed" in result.stdout, result.stdout[-3000:]  # the trial and the cluster check, none skipped
     [r] = records.read(report / "results.jsonl")

@@ -22,12 +22,12 @@ class DriverClient:
     On an emulated slice it runs inside VM1's namespace; on a live slice, on this machine (which
     must be a node of the cluster: a Ray driver needs a local node)."""
 
-    def __init__(self, prefix: list[str], address: str, vms: list[str]):
+    def __init__(self, prefix: list[str], address: str, vms: list[str], env: dict | None = None):
         self.address, self.vms = address, vms
         self.log = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "harness.cluster.ray_driver"], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     start_new_session=True)
+                                     env=env, start_new_session=True)
 
     def __enter__(self) -> "DriverClient":
         return self

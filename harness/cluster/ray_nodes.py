@@ -7,9 +7,15 @@ share this machine's GPUs.
 The driver runs where the paper's ran, on VM1 (a Ray driver needs a local node): RayCluster.driver()
 starts it inside VM1's namespace (harness.cluster.driver_client); on a live slice the same client
 starts it on this machine.
+
+The cluster's nodes and its driver share a token of their own, given in the environment. Ray
+(2.52 and later) otherwise decides authentication from ~/.ray/auth_token, which any plain
+`ray.init()` on this machine writes: the head would then demand a token that the other nodes
+never send, and vm2 would fail to join.
 """
 import json
 import os
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -47,6 +53,9 @@ class RayCluster:
         self.address = f"{net.address[self.head]}:{PORT}"
         self.started: list[str] = []
         self.cores = share_cores([vm.name for vm in net.slice.vms])
+        # What a process needs to join this cluster (Ray reads RAY_AUTH_TOKEN before any token file).
+        self.auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+        self.env = {**os.environ, **self.auth}
 
     def __enter__(self) -> "RayCluster":
         try:
@@ -70,7 +79,7 @@ class RayCluster:
         self.started.append(vm.name)
         # The affinity is inherited by the raylet and every actor and worker it starts.
         result = self.net.run(vm.name, [*taskset(self.cores[vm.name]), *argv], timeout=120, capture_output=True,
-                              text=True)
+                              text=True, env=self.env)
         if result.returncode:
             raise RuntimeError(f"ray start on {vm.name} failed: {result.stderr.strip().splitlines()[-1]}")
 
@@ -87,7 +96,7 @@ class RayCluster:
     def driver(self) -> DriverClient:
         """A driver session on VM1 (close it, or use it as a context manager)."""
         return DriverClient(["ip", "netns", "exec", self.net.netns[self.head], *taskset(self.cores[self.head])],
-                      self.address, [vm.name for vm in self.net.slice.vms])
+                      self.address, [vm.name for vm in self.net.slice.vms], env=self.env)
 
     def drive(self, request: dict, timeout: float = 900):
         """Run the driver on VM1 with this one request; returns its answer."""
