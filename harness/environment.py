@@ -1,4 +1,5 @@
 """What a result was measured on: interpreter, package versions, devices, host."""
+import functools
 import importlib.metadata
 import os
 import platform
@@ -7,6 +8,7 @@ import socket
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "datasets", "tokenizers", "numpy", "ray")
 
 
+@functools.cache  # every record describes its environment; reading package metadata is slow
 def _version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)

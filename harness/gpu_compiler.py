@@ -147,6 +147,7 @@ class GpuCompiler:
         self._child = subprocess.Popen([sys.executable, "-m", "harness.gpu_compiler", "serve"], env=env, text=True,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         threading.Thread(target=_forward_stderr, args=(self._child.stderr,), daemon=True).start()
+        self.compiled: dict = {}  # memory.analyse's results from this compiler, by plan
 
     def compiled_bytes(self, tech, model_cfg, shape, a, row_gpus: list[str]) -> dict:
         """memory.compiled_bytes, compiled for row_gpus[i] on mesh row i (a VM, or a stage)."""

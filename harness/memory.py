@@ -18,6 +18,7 @@ without a GPU (the README's "Which compiler" has the two side by side).
 The paper does not state batch size, microbatches or precision; they are explicit assumptions
 here (config.Setup), and `harness memory` shows how the verdicts move when they change.
 """
+import copy
 import dataclasses
 import time
 
@@ -106,13 +107,19 @@ def _bytes(step, args, on_cpu: bool = True) -> int:
     return train.needed_bytes(step.lower(*args).compile(COMPILE_ONLY if on_cpu else None))
 
 
+# What XLA's CPU compiler said of each plan, by everything the plan depends on (the key in
+# analyse): a plan is compiled once per process, however many slices, setups, claims and commands
+# ask for it. A GpuCompiler keeps its own (GpuCompiler.compiled).
+_COMPILED: dict = {}
+
+
 def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tuple(TECHNIQUES),
-            cache: dict | None = None, compiler=None) -> list[dict]:
+            compiler=None) -> list[dict]:
     """One trial record per technique and placement, status ok or oom, with the evidence in reason.
     compiler: None for XLA's CPU compiler, or a gpu_compiler.GpuCompiler to compile for the
     slice's own GPUs."""
     model_cfg = dataclasses.replace(model_cfg, dtype=a.precision)
-    cache = {} if cache is None else cache
+    compiled = compiler.compiled if compiler else _COMPILED
     out = []
     for vms, shape in placements(sl, gpus):
         used = [vm for vm in sl.vms if vm.name in vms]
@@ -123,12 +130,13 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
             # Only Pipeshard reads the rematerialisation and schedule settings.
             relevant = a if name == "Pipeshard" else dataclasses.replace(a, remat=False, pipeline_schedule="1f1b")
             key = (name, model_cfg, mesh_shape, relevant, getattr(tech, "links", None),
-                   getattr(tech, "device_memory", None), tuple(row_gpus) if compiler else None)
+                   getattr(tech, "device_flops", None), getattr(tech, "device_memory", None),
+                   tuple(row_gpus) if compiler else None)
             try:
-                if key not in cache:
-                    cache[key] = (compiler.compiled_bytes(tech, model_cfg, mesh_shape, a, row_gpus) if compiler
-                                  else compiled_bytes(tech, model_cfg, mesh_shape, a))
-                result = cache[key]
+                if key not in compiled:
+                    compiled[key] = (compiler.compiled_bytes(tech, model_cfg, mesh_shape, a, row_gpus) if compiler
+                                     else compiled_bytes(tech, model_cfg, mesh_shape, a))
+                result = copy.deepcopy(compiled[key])  # records are the caller's to change
             except Exception as e:  # a plan that cannot be built is a failed trial, not a crash
                 status, reason = records.failure(e)
                 out.append(record(name, sl, vms, shape, model_cfg, a, None, status, reason, source(compiler)))

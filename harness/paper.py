@@ -10,6 +10,8 @@ one slice and failed on another. `conflicts()` finds them; no memory model that 
 the model, the technique and the GPUs' memory can reproduce both, so the claims report them
 instead of counting them for or against an analysis.
 """
+import functools
+
 from harness import slices
 
 FOUR_GPUS, ONE_VM = "4 GPUs", "1 VM"
@@ -59,6 +61,7 @@ MORE_GPUS_SLICES = ("TACC-TACC",)
 SINGLE_VM_WINS = {"Data": 6, "Shard": 2}
 
 
+@functools.cache  # asked for every memory record a claim reads; Table I is package data
 def gpu_memory(slice_name: str, placement: str) -> tuple[int, ...]:
     """The memory of every GPU a placement uses on a Table I slice, in bytes, sorted: the hardware
     a memory model can tell apart."""

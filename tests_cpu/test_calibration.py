@@ -1,12 +1,13 @@
 """The links a run's trials go through (harness.calibration): the scaled slice, the literal
-links' records and bad input without a cluster; then the scaled path on the emulated cluster. The
-similarity test of the claims suite checks the groups."""
+links' records and bad input, without a cluster. The scaled path itself is judged where it runs,
+on the claims' own cluster and calibration trials (harness/suite/emulated.py:
+test_the_links_were_calibrated_on_real_trials, and the similarity test for the groups): a second
+cluster calibrating here would repeat those trials for nothing."""
 import pytest
 
 from harness import calibration, claims, similarity, slices, trials
 from harness.config import Budget, model_config
 from harness.errors import BadInput
-from harness.suite.privileges import require_emulation
 
 from tests_cpu import claim_records
 
@@ -73,36 +74,3 @@ def test_a_slice_is_two_site_by_its_papers_rtt_whatever_link_it_ran_on():
     table = claims.Table(recs)
     assert claims.single_site(table) == ["TACC-TACC"] and claims.two_site(table) == ["UTAH-GPN"]
     assert claims.rtt(table, "TACC-TACC") == 3.0  # what the link measured stays the RTT shown
-
-
-def test_similarity_scaling_calibrates_on_real_trials_and_runs_each_slice_on_its_scaled_link():
-    """The scaled path end to end on the emulated cluster, with the tiny model: four calibration
-    trials, a link per slice, and a trial whose record carries the paper's link and the one it ran
-    on, measured there. (`reproduce` runs the claims this way; pytest -m cpu keeps literal links.)"""
-    require_emulation()
-    table_i = [slices.load("TACC-TACC"), slices.load("UTAH-GPN")]
-    kept = []
-    buffers = calibration.tcp_buffer_bytes(model_config("scale-tiny"), table_i[0])
-    with trials.emulated(table_i, Budget(model="scale-tiny", combine=True),
-                         calibration_trials=calibration.extra_trials(table_i), tcp_buffer_bytes=buffers) as runner:
-        scaling = calibration.apply(runner, calibration.SIMILARITY, kept.append)
-        record = runner.measure(trials.Trial("Pipeshard", "UTAH-GPN", trials.ALL_VMS), lambda r: None)
-    rounds = len(kept) - 4  # on UTAH-GPN, the one two-site slice, until its link settles
-    assert 1 <= rounds <= calibration.REFINE_ROUNDS
-    assert [(r["technique"], r["cluster"]["hosts"], r["status"]) for r in kept] == [
-        ("Data", 1, "ok"), ("ZeRO2", 2, "ok"), ("Shard", 2, "ok"), ("Data", 2, "ok")] + [("Data", 2, "ok")] * rounds
-    assert kept[3]["cluster"]["network"]["rtt_ms"] == pytest.approx(calibration.CALIBRATION_RTT_MS, abs=2.0)
-    assert all(r["cluster"]["slice"] == "UTAH-GPN" for r in kept[4:])  # refined on its own scaled link
-    c = scaling.calibration
-    assert c["device_flops"] > 0 and 0 < c["link_bytes_per_s"] and c["per_tensor"] is False
-    assert len(c["from_trials"]) == 4 + rounds and set(c["window_bytes_on"]) == {"UTAH-GPN"}
-    scaled = {s.slice: s for s in scaling.scaled}
-    assert scaled["TACC-TACC"].rtt_ms < scaled["UTAH-GPN"].rtt_ms  # the paper's slices stay in their order
-    s = scaled["UTAH-GPN"]
-    assert calibration.RTT_BOUNDS_MS[0] <= s.rtt_ms <= calibration.RTT_BOUNDS_MS[1]
-    network = record["cluster"]["network"]
-    assert record["status"] == "ok" and network["scaling"]["mode"] == "similarity"
-    assert network["scaling"]["paper_rtt_ms"] == 20.2 and network["scaling"]["rtt_ms"] == pytest.approx(s.rtt_ms)
-    assert network["scaling"]["tcp_buffer_bytes"] == buffers
-    assert all(d["tcp_buffer_bytes"] == buffers for d in network["links"].values())
-    assert network["rtt_ms"] == pytest.approx(s.rtt_ms, rel=0.1, abs=1.0)  # measured on the scaled link

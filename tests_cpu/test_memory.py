@@ -111,6 +111,21 @@ def test_a_stage_holds_only_its_own_parameters_and_the_microbatches_in_flight():
     assert needs["gpipe"][0] > needs["1f1b"][0]
 
 
+def test_a_plan_is_compiled_once_per_process_and_each_record_is_its_own():
+    from harness import memory
+
+    sl, tiny = slices.load("UTAH-MASS"), model_config("scale-tiny")
+    first = analyse(sl, tiny, 4, Setup(), techniques=("Data", "Pipeshard"))
+    plans = len(memory._COMPILED)
+    first[0]["memory"]["bytes_per_device"] = 0
+    first[1]["memory"]["bytes_per_stage"].append(0)
+    again = analyse(sl, tiny, 4, Setup(), techniques=("Data", "Pipeshard"))
+    assert len(memory._COMPILED) == plans  # nothing compiled again
+    assert again[0]["memory"]["bytes_per_device"] > 0 and len(again[1]["memory"]["bytes_per_stage"]) == 2
+    more = analyse(sl, tiny, 4, replace(Setup(), batch_per_gpu=2 * Setup().batch_per_gpu), techniques=("Data",))
+    assert len(memory._COMPILED) == plans + 1 and more[0]["memory"]["bytes_per_device"] > again[0]["memory"]["bytes_per_device"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--slice", "NOWHERE"], "slice 'NOWHERE' is neither a Table I slice"),
     (["--model", "gpt9"], "unknown model 'gpt9'"),

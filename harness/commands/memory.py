@@ -98,7 +98,7 @@ def run(args) -> tuple[int, dict]:
     with compiler or contextlib.nullcontext():
         if args.infer:
             return _infer(setups, models, chosen, args, compiler)
-        out = _analyse_all(models, chosen, gpu_counts, assumptions, args.techniques, {}, compiler)
+        out = _analyse_all(models, chosen, gpu_counts, assumptions, args.techniques, compiler)
     if args.out:
         for r in out:
             records.append(args.out, r)
@@ -110,8 +110,8 @@ def run(args) -> tuple[int, dict]:
 def _both(models, chosen, gpu_counts, a: Setup, args) -> tuple[int, dict]:
     """The CPU and the GPU compiler side by side, technique by technique."""
     with gpu_compiler.choose("gpu") as compiler:  # the plugin is checked before any compiling
-        on_cpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, {}, None, prefix="[cpu] ")
-        on_gpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, {}, compiler, prefix="[gpu] ")
+        on_cpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, None, prefix="[cpu] ")
+        on_gpu = _analyse_all(models, chosen, gpu_counts, a, args.techniques, compiler, prefix="[gpu] ")
     key = lambda r: (r["model"]["name"], r["cluster"]["slice"], tuple(r["cluster"]["vms_used"]), r["technique"])
     if [key(r) for r in on_cpu] != [key(r) for r in on_gpu]:
         raise RuntimeError("the two compilers' analyses cover different runs")
@@ -138,21 +138,21 @@ def _both(models, chosen, gpu_counts, a: Setup, args) -> tuple[int, dict]:
                "comparison": rows, "records": on_cpu + on_gpu}
 
 
-def _analyse_all(models, chosen, gpu_counts, a: Setup, techniques, cache: dict, compiler, prefix: str = "") -> list[dict]:
+def _analyse_all(models, chosen, gpu_counts, a: Setup, techniques, compiler, prefix: str = "") -> list[dict]:
     out = []
     for model_cfg in models:
         for sl in chosen:
             for which in gpu_counts:
                 gpus = sl.gpus_per_vm * (len(sl.vms) if which == "all" else 1)
                 print(f"{prefix}{model_cfg.name} on {sl.name}, {gpus} GPUs ...", file=sys.stderr, flush=True)
-                out += analyse(sl, model_cfg, gpus, a, techniques, cache, compiler)
+                out += analyse(sl, model_cfg, gpus, a, techniques, compiler)
     return out
 
 
 def _infer(setups, models, chosen, args, compiler) -> tuple[int, dict]:
-    results, cache, everything = [], {}, []
+    results, everything = [], []
     for i, a in enumerate(setups, 1):
-        recs = _analyse_all(models, chosen, ["all", "per_vm"], a, list(TECHNIQUES), cache, compiler,
+        recs = _analyse_all(models, chosen, ["all", "per_vm"], a, list(TECHNIQUES), compiler,
                             prefix=f"[{i}/{len(setups)} {infer.label(a)}] ")
         everything += recs
         results.append(infer.evaluate(a, recs, chosen))

@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 
 from harness import calibration, claims, costmodel_check, data, measured_selection, records, similarity, train
+from harness.config import model_config
 from harness.suite import checks, claims_tests, deviations, options
 
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
-           "test_the_link_dropped_no_packet_of_any_trial", "test_the_links_give_the_scale_model_the_papers_groups",
+           "test_the_link_dropped_no_packet_of_any_trial", "test_the_links_were_calibrated_on_real_trials",
+           "test_the_links_give_the_scale_model_the_papers_groups",
            "memory_table", "test_memory_claim", "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
 
@@ -80,6 +82,43 @@ def test_the_link_dropped_no_packet_of_any_trial(backend, claims_log):
         assert network["packets"]["packets"] > 0, f"{where}: no packet crossed the link"
         drops = {k: n for k, n in network["packets"].items() if k.startswith("dropped_") and n}
         assert not drops, f"{where}: the link dropped packets {drops}"
+
+
+def test_the_links_were_calibrated_on_real_trials(backend, claims_log):
+    """Similarity scaling as this run did it: the four calibration trials on the first slice's VMs
+    (Data on one VM, ZeRO2 and Shard with no delay, Data at CALIBRATION_RTT_MS), then Data on each
+    two-site slice's own scaled link until it settled; every trial then ran on its slice's scaled
+    link, measured there, with the VMs' scaled TCP buffers, and its record names both links."""
+    runner, scaling = backend.runner, backend.scaling
+    if scaling.mode == calibration.LITERAL:
+        pytest.skip("the links are the paper's (--link-scaling literal): nothing was calibrated")
+    kept, first = claims_log.calibration, backend.slices[0]
+    assert [(r["technique"], r["cluster"]["hosts"], r["status"], r["cluster"]["slice"]) for r in kept[:4]] == [
+        ("Data", 1, "ok", first.name), ("ZeRO2", 2, "ok", first.name), ("Shard", 2, "ok", first.name),
+        ("Data", 2, "ok", first.name)]
+    assert kept[3]["cluster"]["network"]["rtt_ms"] == pytest.approx(calibration.CALIBRATION_RTT_MS, abs=2.0)
+    two_site = [sl.name for sl in backend.slices if sl.rtt_ms >= calibration.TWO_SITE_MS]
+    for sl in backend.slices:
+        rounds = [(r["technique"], r["cluster"]["hosts"], r["status"]) for r in kept[4:] if r["cluster"]["slice"] == sl.name]
+        allowed = range(1, calibration.REFINE_ROUNDS + 1) if sl.name in two_site else range(1)
+        assert len(rounds) in allowed and set(rounds) <= {("Data", 2, "ok")}, f"{sl.name}: refined by {rounds}"
+    c, buffers = scaling.calibration, calibration.tcp_buffer_bytes(model_config(runner.budget.model), first)
+    assert c["device_flops"] > 0 and c["link_bytes_per_s"] > 0 and c["per_tensor"] is False
+    assert len(c["from_trials"]) == len(kept) and set(c["window_bytes_on"]) == set(two_site)
+    scaled = {s.slice: s.rtt_ms for s in scaling.scaled}
+    assert all(calibration.RTT_BOUNDS_MS[0] <= ms <= calibration.RTT_BOUNDS_MS[1] for ms in scaled.values()), scaled
+    by_paper = sorted(backend.slices, key=lambda sl: sl.rtt_ms)
+    assert all(scaled[a.name] < scaled[b.name] for a, b in zip(by_paper, by_paper[1:]) if a.rtt_ms < b.rtt_ms), \
+        f"the scaled links left the paper's order: {scaled}"
+    for r in checks.ensure_trials(runner, claims_log, backend.trials):
+        network, paper = r["cluster"]["network"], next(sl for sl in backend.slices if sl.name == r["cluster"]["slice"])
+        where = f"{r['technique']} on {paper.name} {'+'.join(r['cluster']['vms_used'])}"
+        assert network["scaling"]["mode"] == calibration.SIMILARITY and network["scaling"]["paper_rtt_ms"] == paper.rtt_ms, where
+        assert network["scaling"]["rtt_ms"] == pytest.approx(scaled[paper.name]), where
+        assert network["scaling"]["tcp_buffer_bytes"] == c["tcp_buffer_bytes"] == buffers, where
+        if r["status"] == "ok" and len(r["cluster"]["vms_used"]) > 1:
+            assert all(d["tcp_buffer_bytes"] == c["tcp_buffer_bytes"] for d in network["links"].values()), where
+            assert network["rtt_ms"] == pytest.approx(scaled[paper.name], rel=0.1, abs=1.0), f"{where}: measured"
 
 
 def test_the_links_give_the_scale_model_the_papers_groups(backend, claims_log):
