@@ -110,6 +110,7 @@ def test_the_links_were_calibrated_on_real_trials(backend, claims_log):
     by_paper = sorted(backend.slices, key=lambda sl: sl.rtt_ms)
     assert all(scaled[a.name] < scaled[b.name] for a, b in zip(by_paper, by_paper[1:]) if a.rtt_ms < b.rtt_ms), \
         f"the scaled links left the paper's order: {scaled}"
+    measured_on = set()  # the slices where a trial crossed the link: an RTT was measured there
     for r in checks.ensure_trials(runner, claims_log, backend.trials):
         network, paper = r["cluster"]["network"], next(sl for sl in backend.slices if sl.name == r["cluster"]["slice"])
         where = f"{r['technique']} on {paper.name} {'+'.join(r['cluster']['vms_used'])}"
@@ -119,6 +120,8 @@ def test_the_links_were_calibrated_on_real_trials(backend, claims_log):
         if r["status"] == "ok" and len(r["cluster"]["vms_used"]) > 1:
             assert all(d["tcp_buffer_bytes"] == c["tcp_buffer_bytes"] for d in network["links"].values()), where
             assert network["rtt_ms"] == pytest.approx(scaled[paper.name], rel=0.1, abs=1.0), f"{where}: measured"
+            measured_on.add(paper.name)
+    assert measured_on == set(scaled), f"no trial crossed the scaled link of {sorted(set(scaled) - measured_on)}"
 
 
 def test_the_links_give_the_scale_model_the_papers_groups(backend, claims_log):
