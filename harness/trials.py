@@ -102,6 +102,7 @@ class Runner:
         # checks them.
         self.schedule_steps = (budget.warmup_steps + budget.repeats) * (len(slices) + calibration_trials)
         self.history: dict[tuple, list[float]] = {}  # (VMs, technique) -> every loss, in order
+        self._references: dict[int, list[float]] = {}  # VMs used -> the single-device losses
         self.current_slice: str | None = None
         self.corpus = data.load_corpus()
 
@@ -120,6 +121,16 @@ class Runner:
 
     def train_config_for(self, n_vms: int) -> TrainConfig:
         return TrainConfig(batch_size=self.budget.batch_per_gpu * n_vms * self.devices_per_host)
+
+    def reference_losses(self, n_vms: int) -> list[float]:
+        """The single-device trainer's losses over the whole schedule on the batch of n_vms VMs:
+        the history of every compiled step on that many VMs is a prefix of them."""
+        if n_vms not in self._references:
+            cfg = dataclasses.replace(self.train_config_for(n_vms), steps=self.schedule_steps)
+            packed = data.prepare(self.model_cfg.vocab_size, cfg.resolved_seq_len(self.model_cfg), cfg.batch_size,
+                                  self.corpus)
+            self._references[n_vms] = train.train(self.model_cfg, cfg, packed).losses
+        return self._references[n_vms]
 
     def job(self, trial: Trial) -> Job:
         hosts, devices = self.shape(trial)

@@ -144,11 +144,17 @@ def test_actor_pinned_to_vm2_sees_vm2s_address(ray_cluster):
 
 
 def test_a_driver_without_the_clusters_token_is_refused(ray_cluster):
-    """The same driver as in the tests above, from the same place, less the token."""
-    env = {k: v for k, v in ray_cluster.env.items() if k not in ray_cluster.auth}
-    outsider = DriverClient(["ip", "netns", "exec", ray_cluster.net.netns["vm1"]], ray_cluster.address,
-                            ["vm1", "vm2"], env=env)
-    with outsider, pytest.raises(DriverError, match="Failed to connect to Ray cluster"):
+    """The same driver as in the tests above, from the same place, less the token. Both give the
+    GCS 3 tries instead of Ray's 20 (a second each, RAY_NUM_REDIS_GET_RETRIES): the one with the
+    token still gets in, so the token, not the patience, is what keeps the other out."""
+    def driver(env):
+        return DriverClient(["ip", "netns", "exec", ray_cluster.net.netns["vm1"]], ray_cluster.address,
+                            ["vm1", "vm2"], env={**env, "RAY_NUM_REDIS_GET_RETRIES": "3"})
+
+    with driver(ray_cluster.env) as insider:
+        assert len(insider.request({"do": "nodes"}, timeout=120)) == 2
+    without = {k: v for k, v in ray_cluster.env.items() if k not in ray_cluster.auth}
+    with driver(without) as outsider, pytest.raises(DriverError, match="Failed to connect to Ray cluster"):
         outsider.request({"do": "nodes"}, timeout=120)
 
 
@@ -199,6 +205,38 @@ def test_ctrl_c_in_the_middle_leaves_nothing_behind(net, ray_cluster):
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
     assert back_to(before) == before
+
+
+STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as Ray's daemons do for 10 s or more
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_stopping_a_slices_processes_kills_what_ignores_sigterm_after_one_grace_period_for_all(net):
+    """What a Ray cluster's teardown does (netns.stop): the marked trees in every VM get SIGTERM,
+    then, after one grace period shared by all VMs (not one each), SIGKILL; the rest is left."""
+    def start(vm, *argv):
+        proc = net.popen(vm, [sys.executable, "-c", STUBBORN, *argv], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    marker = "fh-test-stop-marker"
+    marked = [start(vm, marker) for vm in ("vm1", "vm2")]
+    other = start("vm1")
+    try:
+        began = time.monotonic()
+        netns.stop({net.netns["vm1"]: marker, net.netns["vm2"]: marker}, grace_s=3)
+        took = time.monotonic() - began
+        assert [p.wait(timeout=10) for p in marked] == [-signal.SIGKILL] * 2
+        assert 3 <= took < 6, f"{took:.1f} s for a grace period of 3 s"
+        assert other.poll() is None  # not marked: not ours to stop
+    finally:
+        for p in [*marked, other]:
+            p.kill()
+            p.wait()
 
 
 def test_start_up_sweep_removes_what_a_crash_left(net):

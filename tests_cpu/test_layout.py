@@ -1,12 +1,10 @@
 """Emulated VMs laid on this machine's devices (harness.cluster.layout): one process per VM where
 there is a GPU for every emulated one, one per emulated GPU on shares of fewer; then the split
 path end to end through Ray on CPU devices, where CI can run it."""
-import dataclasses
-
 import numpy as np
 import pytest
 
-from harness import data, slices, train, trials
+from harness import slices, trials
 from harness.cluster import layout
 from harness.config import Budget
 from harness.suite.privileges import require_emulation
@@ -78,8 +76,5 @@ def test_emulated_vms_split_into_a_process_per_device_train_through_ray_as_one_p
         ("ZeRO2", "ok", 2), ("Pipeshard", "ok", 2)]
     assert all(r["cluster"]["gpu_sharing"] is None for r in kept)  # CPU devices: nothing shared
     for (vms, technique), losses in runner.history.items():
-        cfg = dataclasses.replace(runner.train_config_for(len(vms)), steps=runner.schedule_steps)
-        packed = data.prepare(runner.model_cfg.vocab_size, cfg.resolved_seq_len(runner.model_cfg), cfg.batch_size,
-                              runner.corpus)
-        reference = train.train(runner.model_cfg, cfg, packed).losses
+        reference = runner.reference_losses(len(vms))
         np.testing.assert_allclose(losses, reference[:len(losses)], rtol=1e-4, err_msg=technique)

@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import sys
-from pathlib import Path
 
 from harness.cluster.driver_client import DriverClient
 from harness.emulation import netns
@@ -86,9 +85,8 @@ class RayCluster:
     def stop(self) -> None:
         # Not `ray stop`: it finds Ray processes by name on the whole machine, so it would also
         # stop every other Ray cluster here (another slice's, the user's own). Only the process
-        # trees started for this cluster's nodes are stopped, node by node.
-        for vm in self.started:
-            netns.stop(self.net.netns[vm], marker=str(self.temp[vm]))
+        # trees started for this cluster's nodes are stopped, all nodes together.
+        netns.stop({self.net.netns[vm]: str(self.temp[vm]) for vm in self.started})
         for vm in self.started:
             shutil.rmtree(self.temp[vm], ignore_errors=True)
         self.started = []

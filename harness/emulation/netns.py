@@ -142,22 +142,24 @@ def _mentions(pid: int, marker: str) -> bool:
         return False
 
 
-def stop(name: str, marker: str | None = None, grace_s: float = 3) -> None:
-    """SIGTERM, then after grace_s SIGKILL, the processes in the namespace: all of them, or only
-    the trees rooted at a process whose command line mentions marker (children that renamed
-    themselves, like Ray's workers, go with their parents)."""
+def stop(trees: dict[str, str | None], grace_s: float = 3) -> None:
+    """SIGTERM, then after grace_s SIGKILL, processes in namespaces: {namespace: marker}, all of a
+    namespace's processes where marker is None, else only the trees rooted at a process whose
+    command line mentions marker (children that renamed themselves, like Ray's workers, go with
+    their parents). All namespaces share one grace period: Ray's daemons let it pass (they take
+    10 s or more to honour SIGTERM), and a slice's nodes stopped one by one would wait it out once
+    for each."""
     def targets() -> list[int]:
-        inside = pids(name)
-        if marker is None:
-            return inside
-        roots = {p for p in inside if _mentions(p, marker)}
         chosen = []
-        for p in inside:
-            q = p
-            while q is not None and q > 1 and q not in roots:
-                q = _parent(q)
-            if q in roots:
-                chosen.append(p)
+        for name, marker in trees.items():
+            inside = pids(name)
+            roots = set(inside) if marker is None else {p for p in inside if _mentions(p, marker)}
+            for p in inside:
+                q = p
+                while q is not None and q > 1 and q not in roots:
+                    q = _parent(q)
+                if q in roots:
+                    chosen.append(p)
         return chosen
 
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -173,7 +175,7 @@ def stop(name: str, marker: str | None = None, grace_s: float = 3) -> None:
 
 def delete(name: str) -> None:
     """Kill everything still running inside, then remove the namespace and its files."""
-    stop(name)
+    stop({name: None})
     subprocess.run(["ip", "netns", "del", name], capture_output=True)
     shutil.rmtree(ETC_NETNS / name, ignore_errors=True)
     shutil.rmtree(scratch(name), ignore_errors=True)
@@ -200,6 +202,8 @@ def sweep() -> list[str]:
         record = RECORDS / f"{name}.pid"
         owner = int(record.read_text()) if record.exists() else None
         if owner is None or not _alive(owner):
-            delete(name)
             removed.append(name)
+    stop({name: None for name in removed})  # one grace period for all of what a crash left running
+    for name in removed:
+        delete(name)
     return removed

@@ -13,13 +13,12 @@ costs more than a step's compute on one core, as gpt2m's 1.4 GB all-reduce does 
 Parts this backend cannot show are declared in deviations.py with the reason; they are reported
 as expected failures with their evidence, never silently passed.
 """
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from harness import calibration, claims, costmodel_check, data, measured_selection, records, similarity, train
+from harness import calibration, claims, costmodel_check, measured_selection, records, similarity
 from harness.config import model_config
 from harness.suite import checks, claims_tests, deviations, options
 
@@ -52,18 +51,12 @@ def test_every_trial_follows_the_single_device_reference(backend, claims_log):
     runner = backend.runner
     checks.ensure_trials(runner, claims_log, backend.trials)
     sweep = (runner.budget.warmup_steps + runner.budget.repeats) * len(backend.slices)
-    references = {}
     for (vms, technique), losses in runner.history.items():
-        cfg = dataclasses.replace(runner.train_config_for(len(vms)), steps=runner.schedule_steps)
-        if cfg.batch_size not in references:
-            packed = data.prepare(runner.model_cfg.vocab_size, cfg.resolved_seq_len(runner.model_cfg),
-                                  cfg.batch_size, runner.corpus)
-            references[cfg.batch_size] = train.train(runner.model_cfg, cfg, packed).losses
         where = f"{technique} on {'+'.join(vms)}"
         # the sweep's steps, and whole calibration trials' before them where some ran (harness.calibration)
         per_trial = runner.budget.warmup_steps + runner.budget.repeats
         assert sweep <= len(losses) <= runner.schedule_steps and (len(losses) - sweep) % per_trial == 0, where
-        reference = references[cfg.batch_size][:len(losses)]
+        reference = runner.reference_losses(len(vms))[:len(losses)]
         np.testing.assert_allclose(losses[:EXACT_STEPS], reference[:EXACT_STEPS], rtol=1e-4, err_msg=where)
         np.testing.assert_allclose(losses, reference, rtol=5e-2, err_msg=where)
     assert len(runner.history) == 10  # four techniques on both VMs and on VM1; Data and Shard on VM2
