@@ -208,7 +208,7 @@ def test_ctrl_c_in_the_middle_leaves_nothing_behind(net, ray_cluster):
 
 
 STUBBORN = """
-import signal, sys, time
+import signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as Ray's daemons do for 10 s or more
 print("ready", flush=True)
 time.sleep(600)

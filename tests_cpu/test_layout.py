@@ -75,6 +75,8 @@ def test_emulated_vms_split_into_a_process_per_device_train_through_ray_as_one_p
     assert [(r["technique"], r["status"], r["cluster"]["processes_per_host"]) for r in kept] == [
         ("ZeRO2", "ok", 2), ("Pipeshard", "ok", 2)]
     assert all(r["cluster"]["gpu_sharing"] is None for r in kept)  # CPU devices: nothing shared
+    assert sorted(technique for _, technique in runner.history) == ["Pipeshard", "ZeRO2"]  # both compared below
     for (vms, technique), losses in runner.history.items():
+        assert losses, technique
         reference = runner.reference_losses(len(vms))
         np.testing.assert_allclose(losses, reference[:len(losses)], rtol=1e-4, err_msg=technique)
