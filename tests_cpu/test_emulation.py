@@ -54,7 +54,7 @@ def test_the_link_holds_each_packet_for_half_the_target_rtt_each_way(net, target
         assert median <= 1.05 * target / 2 + 0.02, f"{direction}: median hold {median:.4f} ms for {target / 2} ms"
 
 
-def added_rtt(net, target: float, rounds: int = 3) -> tuple[float, float]:
+def added_rtt(net, target: float, rounds: int) -> tuple[float, float]:
     """What the link adds to the RTT at `target`, and the path's own RTT, measured side by side:
     the two alternate, so that a spell of load on the machine touches both and not one."""
     base, delayed = [], []
@@ -66,15 +66,26 @@ def added_rtt(net, target: float, rounds: int = 3) -> tuple[float, float]:
     return min(delayed) - min(base), min(base)
 
 
+# On a busy machine a whole round of probes at no delay can be late: the relay keeps polling for a
+# reply (BUSY_POLL_S) and the scheduler may leave a probe process waiting behind it on the one free
+# core. With one core kept busy, 7 rounds in 80 were, their fastest probe 0.7-1.8 ms instead of
+# about 0.2. Where the tolerance is below 1 ms, a round is cheap (its RTT is small), and more rounds
+# make "every round late" negligible: (7/80)^8.
+LATE_ROUND_MS = 1.0
+
+
 @pytest.mark.parametrize("target", TABLE_I_RTTS)
 def test_probes_see_the_target_rtt_added_within_5_percent_plus_0_5_ms(net, target, benchmark):
     """End to end, as ping reports it (the fastest of spaced UDP probes), less the path's own RTT.
     0.5 ms is the machine, not the link: on this 2-core VM with one core kept busy, the path's own
     fastest RTT ranged 0.1-0.5 ms from one second to the next (measured with 50 and 200 probes),
     so a 0.1 ms target is checked by the link's own account above. Also a benchmark (JSON)."""
-    added, base = benchmark.pedantic(lambda: added_rtt(net, target), rounds=1)
-    benchmark.extra_info.update(target_rtt_ms=target, added_ms=added, base_rtt_ms=base, error_ms=added - target)
-    assert abs(added - target) <= 0.05 * target + 0.5, f"probes see {added:.3f} ms added for {target} ms (base {base:.3f} ms)"
+    tolerance = 0.05 * target + 0.5
+    rounds = 3 if tolerance >= LATE_ROUND_MS else 8
+    added, base = benchmark.pedantic(lambda: added_rtt(net, target, rounds), rounds=1)
+    benchmark.extra_info.update(target_rtt_ms=target, added_ms=added, base_rtt_ms=base, error_ms=added - target,
+                                probe_rounds=rounds)
+    assert abs(added - target) <= tolerance, f"probes see {added:.3f} ms added for {target} ms (base {base:.3f} ms)"
     assert base < 1.0, f"the path without delay takes {base:.3f} ms"
 
 
