@@ -1,10 +1,12 @@
 """One worker process per VM on this machine (harness.cluster.local), joined by jax.distributed."""
 import dataclasses
+import signal
 import statistics
 
 import numpy as np
 
-from harness.cluster.local import LocalProcesses
+from harness.cluster.local import LocalProcesses, describe_failure
+from harness.cluster.worker import environment
 from harness.jobs import Job
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, TRAIN
 
@@ -26,3 +28,15 @@ def test_two_processes_match_single_device(benchmark, reference):
         for r in results:
             assert r["process_count"] == 2
             np.testing.assert_allclose(r["losses"], reference[MODEL.name + "True"], rtol=RTOL, err_msg=name)
+
+
+def test_a_lost_process_is_reported_with_the_workers_own_heartbeat():
+    """The launcher reads the heartbeat from the worker's environment, not its own: a run given
+    10 s says 10 s (the launcher's environment, where none is set, said JAX's 30)."""
+    stderr = ("E1125 10:00:00.000000   123 client.cc:99] Terminating process because the JAX distributed "
+              "service detected fatal errors. This most likely indicates that another task died.\n"
+              "*** SIGABRT received by PID 123\n@ 0x7f0000 (unknown)\n")
+    said = describe_failure(-signal.SIGABRT, stderr, environment("127.0.0.1:1", 2, 1, 2, heartbeat_s=10))
+    assert said.startswith("killed by SIGABRT: a process stopped answering for 10 s (its VM died or the link"), said
+    assert said.endswith("another task died."), said
+    assert describe_failure(3, "Traceback ...\nValueError: bad batch\n", {}) == "exited with 3: ValueError: bad batch"

@@ -31,17 +31,17 @@ class WorkerFailed(RuntimeError):
 LOST_CONTACT = "JAX distributed service detected fatal errors"
 
 
-def describe_failure(returncode: int, stderr: str) -> str:
-    """One line on why a worker died, from its exit status and the informative line of its stderr."""
+def describe_failure(returncode: int, stderr: str, env: dict[str, str]) -> str:
+    """One line on why a worker died, from its exit status and the informative line of its stderr
+    (`env`: the worker's environment, which holds its heartbeat timeout)."""
     how = f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited with {returncode}"
     lines = [line.strip() for line in stderr.splitlines()
              if line.strip() and not line.strip().startswith(("@", "***"))]  # not the abort's stack dump
     key = next((line for line in reversed(lines) if "Terminating process because" in line), None)
     key = re.sub(r"^[EFWI]\d{4} [\d:.]+\s+\d+ \S+\] ", "", key or (lines[-1] if lines else "no output"))
     if LOST_CONTACT in key:
-        heartbeat = os.environ.get("HARNESS_HEARTBEAT_S", "30")
-        return (f"{how}: a process stopped answering for {heartbeat} s (its VM died or the link to it is down); "
-                f"JAX: {key[:200]}")
+        return (f"{how}: a process stopped answering for {env['HARNESS_HEARTBEAT_S']} s "
+                f"(its VM died or the link to it is down); JAX: {key[:200]}")
     return f"{how}: {key[:300]}"
 
 
@@ -54,12 +54,13 @@ class LocalProcesses:
     def run(self, jobs: list[dict]) -> list[list[dict]]:
         """Run jobs on every process; returns each process's results, by process index."""
         address = f"127.0.0.1:{free_port()}"
-        procs, logs = [], []
+        procs, logs, envs = [], [], []
         try:
             for i in range(self.hosts):
                 env = {**os.environ, **environment(address, self.hosts, i, self.devices_per_host,
                                                    os.environ.get("JAX_PLATFORMS", "cpu"))}
                 env.pop("XLA_FLAGS", None)  # the device count comes from HARNESS_LOCAL_DEVICES
+                envs.append(env)
                 # Output goes to files, not pipes: a chatty worker must never block on a full pipe.
                 out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
                 logs.append((out, err))
@@ -78,11 +79,11 @@ class LocalProcesses:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
         results = []
-        for i, (p, (out, err)) in enumerate(zip(procs, logs)):
+        for i, (p, (out, err), env) in enumerate(zip(procs, logs, envs)):
             out.seek(0), err.seek(0)
             stdout, stderr = out.read(), err.read()
             out.close(), err.close()
             if p.returncode != 0:
-                raise WorkerFailed(f"worker {i} {describe_failure(p.returncode, stderr)}")
+                raise WorkerFailed(f"worker {i} {describe_failure(p.returncode, stderr, env)}")
             results.append(json.loads(stdout.strip().splitlines()[-1]))
         return results

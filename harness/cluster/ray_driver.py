@@ -55,7 +55,7 @@ class VMWorker:
     """A VM's pinned actor; it starts the VM's worker processes (one, or one per shared GPU)."""
 
     def __init__(self):
-        self.servers: list[tuple[subprocess.Popen, object]] = []  # (process, its stderr log)
+        self.servers: list[tuple[subprocess.Popen, object, dict]] = []  # (process, stderr log, environment)
 
     def address(self) -> str:
         return ray.util.get_node_ip_address()  # the VM's address as its Ray node was started with
@@ -75,10 +75,11 @@ class VMWorker:
             for proc, _, _ in procs:
                 proc.wait(timeout=timeout)
             results = []
-            for proc, out, err in procs:
+            for (proc, out, err), env in zip(procs, envs):
                 out.seek(0), err.seek(0)
                 if proc.returncode:
-                    raise RuntimeError(f"the worker on {self.address()} {describe_failure(proc.returncode, err.read())}")
+                    raise RuntimeError(f"the worker on {self.address()} "
+                                       f"{describe_failure(proc.returncode, err.read(), env)}")
                 results.append(json.loads(out.read().strip().splitlines()[-1]))
             return results[0]
         finally:
@@ -108,19 +109,19 @@ class VMWorker:
             self.servers.append((subprocess.Popen([sys.executable, "-m", "harness.cluster.worker", "--serve"],
                                                   text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                   stderr=log, env={**os.environ, **env},
-                                                  preexec_fn=_die_with_parent), log))
+                                                  preexec_fn=_die_with_parent), log, env))
 
     def send(self, request: dict) -> None:
-        for server, _ in self.servers:
+        for server, _, _ in self.servers:
             server.stdin.write(json.dumps(request) + "\n")
             server.stdin.flush()
 
     def answer(self, timeout: float) -> dict:
         """The VM's answer: its first process's, unless another of its processes failed."""
-        answers = [self._answer(server, log, timeout) for server, log in self.servers]
+        answers = [self._answer(server, log, env, timeout) for server, log, env in self.servers]
         return next((a for a in answers if protocol.problem(a)), answers[0])
 
-    def _answer(self, server: subprocess.Popen, log, timeout: float) -> dict:
+    def _answer(self, server: subprocess.Popen, log, env: dict, timeout: float) -> dict:
         with selectors.DefaultSelector() as sel:
             sel.register(server.stdout, selectors.EVENT_READ)
             if not sel.select(timeout):
@@ -130,11 +131,12 @@ class VMWorker:
         if not line:
             server.wait()
             log.seek(0)
-            raise RuntimeError(f"the worker on {self.address()} {describe_failure(server.returncode, log.read())}")
+            raise RuntimeError(f"the worker on {self.address()} "
+                               f"{describe_failure(server.returncode, log.read(), env)}")
         return json.loads(line)
 
     def close(self) -> None:
-        for server, _ in self.servers:
+        for server, _, _ in self.servers:
             if server.poll() is None:
                 server.kill()
                 server.wait()
