@@ -15,7 +15,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from harness.cluster.worker import environment
+from harness.cluster.worker import environment, heartbeat_of
 
 
 def free_port() -> int:
@@ -40,7 +40,7 @@ def describe_failure(returncode: int, stderr: str, env: dict[str, str]) -> str:
     key = next((line for line in reversed(lines) if "Terminating process because" in line), None)
     key = re.sub(r"^[EFWI]\d{4} [\d:.]+\s+\d+ \S+\] ", "", key or (lines[-1] if lines else "no output"))
     if LOST_CONTACT in key:
-        return (f"{how}: a process stopped answering for {env['HARNESS_HEARTBEAT_S']} s "
+        return (f"{how}: a process stopped answering for {heartbeat_of(env)} s "
                 f"(its VM died or the link to it is down); JAX: {key[:200]}")
     return f"{how}: {key[:300]}"
 

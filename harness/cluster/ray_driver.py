@@ -38,7 +38,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from harness.cluster import protocol
 from harness.cluster.layout import Process
 from harness.cluster.local import describe_failure
-from harness.cluster.worker import environment
+from harness.cluster.worker import HEARTBEAT_S, environment
 from harness.emulation import probe
 
 COORDINATOR_PORT = 7310
@@ -151,7 +151,7 @@ def envs_for(request: dict, coordinator: str, vms: list[str], port: int = COORDI
     ids = itertools.count()
     total = sum(map(len, per_vm))
     return [[{**environment(f"{coordinator}:{port}", total, next(ids), p.devices, request.get("platform", "cpu"),
-                            request.get("heartbeat_s", 30)), **p.env} for p in procs] for procs in per_vm]
+                            request.get("heartbeat_s", HEARTBEAT_S)), **p.env} for p in procs] for procs in per_vm]
 
 
 class DriverServer:

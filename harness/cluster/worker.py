@@ -21,14 +21,21 @@ import json
 import os
 import sys
 
+HEARTBEAT_S = 30  # JAX's own default is 100 s
+
 
 def environment(coordinator: str, num_processes: int, process_id: int, local_devices: int, platform: str = "cpu",
-                heartbeat_s: float = 30) -> dict[str, str]:
+                heartbeat_s: float = HEARTBEAT_S) -> dict[str, str]:
     """The environment variables of one worker process (added to the launcher's own, and to those
     of its place in the layout, harness.cluster.layout)."""
     return {"HARNESS_COORDINATOR": coordinator, "HARNESS_NUM_PROCESSES": str(num_processes),
             "HARNESS_PROCESS_ID": str(process_id), "HARNESS_LOCAL_DEVICES": str(local_devices),
             "JAX_PLATFORMS": platform, "HARNESS_HEARTBEAT_S": str(heartbeat_s)}
+
+
+def heartbeat_of(env) -> int:
+    """A worker's heartbeat timeout, from its environment."""
+    return int(float(env.get("HARNESS_HEARTBEAT_S", HEARTBEAT_S)))
 
 
 def init_distributed() -> None:
@@ -42,7 +49,7 @@ def init_distributed() -> None:
                                    num_processes=int(os.environ["HARNESS_NUM_PROCESSES"]),
                                    process_id=int(os.environ["HARNESS_PROCESS_ID"]),
                                    initialization_timeout=120,
-                                   heartbeat_timeout_seconds=int(os.environ.get("HARNESS_HEARTBEAT_S", "30")))
+                                   heartbeat_timeout_seconds=heartbeat_of(os.environ))
 
 
 def batch() -> int:
