@@ -32,7 +32,7 @@ def test_two_processes_match_single_device(benchmark, reference):
 
 def test_a_lost_process_is_reported_with_the_workers_own_heartbeat():
     """The launcher reads the heartbeat from the worker's environment, not its own: a run given
-    10 s says 10 s (the launcher's environment, where none is set, said JAX's 30)."""
+    10 s says 10 s (read from the launcher's environment, where none is set, it said the default 30)."""
     stderr = ("E1125 10:00:00.000000   123 client.cc:99] Terminating process because the JAX distributed "
               "service detected fatal errors. This most likely indicates that another task died.\n"
               "*** SIGABRT received by PID 123\n@ 0x7f0000 (unknown)\n")
