@@ -1,8 +1,10 @@
 """Ray on an emulated slice, as on the paper's: one Ray node per VM, started inside the VM's namespace,
 the head on VM1 and a worker on every other VM, each with its own temp dir, no dashboard and no
-usage stats, a custom resource naming its VM, and the VM's CPU count. GPUs are not Ray's to hand
-out here: the driver is told each VM's processes and GPUs (harness.cluster.layout), which may
-share this machine's GPUs.
+usage stats, a custom resource naming its VM, and the VM's CPU count. No log monitor either: it
+forwards workers' output to drivers that ask for it, and ours does not (log_to_driver=False; the
+output stays in the node's logs); without it a node starts about 1 s sooner (measured: 3.8 -> 2.8 s
+for the head, 2.9 -> 1.9 s for vm2). GPUs are not Ray's to hand out here: the driver is told each
+VM's processes and GPUs (harness.cluster.layout), which may share this machine's GPUs.
 
 The driver runs where the paper's ran, on VM1 (a Ray driver needs a local node): RayCluster.driver()
 starts it inside VM1's namespace (harness.cluster.driver_client); on a live slice the same client
@@ -77,7 +79,7 @@ class RayCluster:
         role = (["--head", "--port", str(PORT), "--include-dashboard=false"] if vm.name == self.head
                 else ["--address", self.address])
         argv = [*self.ray, "start", *role, "--node-ip-address", self.net.address[vm.name],
-                "--temp-dir", str(self.temp[vm.name]), "--disable-usage-stats",
+                "--temp-dir", str(self.temp[vm.name]), "--disable-usage-stats", "--include-log-monitor=false",
                 "--num-cpus", str(vm.cores or 1), "--num-gpus", "0",
                 "--resources", json.dumps({vm.name: 1}), "--object-store-memory", str(OBJECT_STORE_BYTES)]
         self.started.append(vm.name)
