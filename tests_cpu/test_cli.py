@@ -62,6 +62,11 @@ def test_mfu_divides_by_the_peak_of_the_arithmetic_that_ran():
     (["--model", "scale-tiny", "--seq-len", "65"], "seq_len 65 is beyond model scale-tiny's 64 positions"),
     (["--tokenizer", "/no/such/dir"], "tokenizer directory /no/such/dir: missing vocab.json"),
     (["--batch-size", "0"], "batch_size must be positive"),
+    (["--lr", "nan"], "learning_rate must be a positive number, got nan"),
+    (["--lr", "-0.1"], "learning_rate must be a positive number, got -0.1"),
+    (["--seed", "-1"], "seed must be >= 0, got -1"),
+    (["--peak-tflops", "0"], "--peak-tflops must be a positive number, got 0.0"),
+    (["--out", "."], "--out .: is a folder (expected a .jsonl file to append to)"),
 ])
 def test_bad_input_is_one_line_before_any_training(args, message):
     proc = harness("train", *args, "--json")
@@ -80,6 +85,35 @@ def test_bad_input_is_one_line_before_any_training(args, message):
 ])
 def test_emulate_rejects_bad_flags_before_touching_the_network(args, message):
     proc = harness("emulate", *args, "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == f"harness: error: {message}"
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    """Found out after the run, the record it was meant to keep would be lost."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = harness("train", "--out", str(blocker / "runs.jsonl"), "--json")
+    assert proc.returncode == 2 and proc.stdout == "" and "training " not in proc.stderr
+    assert proc.stderr.strip() == f"harness: error: --out {blocker / 'runs.jsonl'}: {blocker} is a file, not a folder"
+    made = tmp_path / "new" / "runs.jsonl"  # a folder that is not there yet is made
+    assert harness("train", "--model", "scale-tiny", "--steps", "3", "--out", str(made), "--json").returncode == 0
+    assert records.read(made)[0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["reproduce", "--threshold", "nan"], "--threshold must be a positive number, got nan"),
+    (["reproduce", "--baseline", "/no/such/run"],
+     "--baseline /no/such/run: no results.jsonl there (expected a run folder written by reproduce)"),
+    (["compare", "--threshold", "-1", "harness/resources/baselines/quick", "harness/resources/baselines/quick"],
+     "--threshold must be a positive number, got -1.0"),
+    (["predict", "--tokens", "inf"], "--tokens must be a positive number, got inf"),
+    (["select", "--margin", "nan"], "--margin must be a number >= 0, got nan"),
+    (["memory", "--out", "."], "--out .: is a folder (expected a .jsonl file to append to)"),
+])
+def test_every_subcommand_refuses_bad_numbers_and_paths_in_one_line(args, message):
+    """NaN passes a check written as `value <= 0`; each of these once started the run."""
+    proc = harness(*args, "--json", timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"harness: error: {message}"
 

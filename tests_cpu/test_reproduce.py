@@ -31,3 +31,14 @@ def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_pa
     last = [records.read(f)[-1] for f in files if f.is_file()]
     assert ("error", "interrupted by the user") in [(r["status"], r["reason"]) for r in last], last
     assert back_to(before) == before
+
+
+def test_a_run_stopped_before_any_claim_does_not_point_at_a_report():
+    from harness.commands import reproduce
+
+    stopped = {"run_id": "r", "report_dir": "reports/r", "pytest_exit_status": 130, "wall_s": 78.5,
+               "files": [".benchmarks", "calibration.jsonl"], "verdicts": []}
+    assert reproduce.summary(stopped) == ("run r interrupted after 78 s without a report; "
+                                          "what it recorded is in reports/r/ (calibration.jsonl)")
+    finished = {**stopped, "pytest_exit_status": 1, "files": ["claims.md", "results.jsonl"]}
+    assert reproduce.summary(finished) == "run r: 78 s, report in reports/r/claims.md"

@@ -2,8 +2,7 @@
 import argparse
 from pathlib import Path
 
-from harness import compare
-from harness.errors import BadInput
+from harness import compare, inputs
 
 HELP = "compare a run folder with a baseline: slower trials, newly failed trials, worse claim verdicts"
 
@@ -16,11 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> tuple[int, dict]:
-    for name in ("baseline", "run"):
-        if not (Path(getattr(args, name)) / "results.jsonl").is_file():
-            raise BadInput(f"{name} {getattr(args, name)}: no results.jsonl there (expected a run folder)")
-    if args.threshold <= 0:
-        raise BadInput(f"--threshold must be positive, got {args.threshold}")
+    inputs.run_folder("BASELINE", args.baseline)
+    inputs.run_folder("RUN", args.run)
+    inputs.positive("--threshold", args.threshold)
     result = compare.compare(Path(args.baseline), Path(args.run), args.threshold)
     if not args.json:
         print(compare.summary(result))

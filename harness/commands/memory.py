@@ -4,10 +4,9 @@ import contextlib
 import dataclasses
 import sys
 
-from harness import gpu_compiler, infer, memory, records, slices
-from harness.config import model_config
+from harness import gpu_compiler, infer, inputs, memory, records, slices
+from harness.config import Setup, model_config
 from harness.errors import BadInput
-from harness.config import Setup
 from harness.memory import analyse, source
 from harness.techniques import TECHNIQUES
 
@@ -85,6 +84,8 @@ def run(args) -> tuple[int, dict]:
         if not setups:
             raise BadInput("--batches and --micro leave no setup: microbatches must divide the sequences per GPU")
     gpu_counts = {"2": ["per_vm"], "4": ["all"], "both": ["all", "per_vm"]}[args.gpus]
+    if args.out:
+        inputs.appendable_file("--out", args.out)
 
     import jax  # the mesh of the largest slice must exist before anything touches the backend
 

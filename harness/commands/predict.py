@@ -3,7 +3,7 @@ import argparse
 import dataclasses
 import sys
 
-from harness import costmodel, measured_link, slices
+from harness import costmodel, inputs, measured_link, slices
 from harness.config import Setup, model_config
 from harness.errors import BadInput
 from harness.hardware import ACCELERATORS
@@ -43,8 +43,8 @@ def run(args) -> tuple[int, dict]:
             raise BadInput(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not 0 < args.efficiency <= 1:
         raise BadInput(f"--efficiency must be in (0, 1], got {args.efficiency}")
-    if args.tokens is not None and args.tokens <= 0:
-        raise BadInput(f"--tokens must be positive, got {args.tokens}")
+    if args.tokens is not None:
+        inputs.positive("--tokens", args.tokens)
     if (args.batch_per_gpu * sl.gpus_per_vm) % args.micro_batches:
         raise BadInput(f"--micro-batches {args.micro_batches} must divide one VM's batch "
                        f"({args.batch_per_gpu} x {sl.gpus_per_vm} GPUs)")

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import compare, resources, slices
+from harness import compare, inputs, resources, slices
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
 MODES = {
@@ -65,10 +65,13 @@ def run(args) -> tuple[int, dict]:
     from harness.config import model_config
 
     model_config(args.model)
+    inputs.positive("--threshold", args.threshold)
+    if args.baseline:
+        inputs.run_folder("--baseline", args.baseline)
     suite = Path(str(importlib.resources.files("harness.suite").joinpath("emulated.py")))
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{mode}"
-    out = Path(args.out) / run_id
-    out.mkdir(parents=True, exist_ok=True)
+    out = inputs.made_folder("--out", args.out) / run_id
+    out.mkdir(exist_ok=True)
     # --noconftest: the suite runs the same from a checkout as from site-packages, where no
     # checkout's conftest.py is around to configure it.
     argv = [sys.executable, "-m", "pytest", str(suite), "--noconftest", "-p", "no:cacheprovider", "-v", "--no-header",
@@ -147,7 +150,11 @@ def _child(argv: list[str], stdout) -> int:
 
 
 def summary(result: dict) -> str:
-    lines = [f"run {result['run_id']}: {result['wall_s']:.0f} s, report in {result['report_dir']}/claims.md"]
+    ended = "interrupted" if result["pytest_exit_status"] == INTERRUPTED else "ended"
+    lines = [f"run {result['run_id']}: {result['wall_s']:.0f} s, report in {result['report_dir']}/claims.md"
+             if "claims.md" in result["files"] else
+             f"run {result['run_id']} {ended} after {result['wall_s']:.0f} s without a report; "
+             f"what it recorded is in {result['report_dir']}/ ({', '.join(f for f in result['files'] if not f.startswith('.')) or 'nothing'})"]
     lines += [f"  {v['part']:18} {v['status']}" + (f" (declared limits: {', '.join(v['deviations'])}; without them: {v['undeclared_status']})"
                                                  if v.get("deviations") else "")
               for v in result["verdicts"]]

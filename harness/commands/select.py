@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from harness import measured_selection, selection, slices, trials
+from harness import inputs, measured_selection, selection, slices, trials
 from harness.config import Budget, model_config
 from harness.errors import BadInput
 
@@ -71,10 +71,11 @@ def run(args) -> tuple[int, dict]:
     problem = netns.missing_privileges()
     if problem:
         raise BadInput(f"cannot emulate slice {sl.name} here: {problem}")
-    budget = Budget(model=args.model, repeats=steps_for(args, sl))
+    parent = inputs.made_folder("--out", args.out)
+    budget = Budget(model=args.model, repeats=steps_for(args, sl))  # --eps tokenizes the corpus
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + "-select"
-    out = Path(args.out) / run_id
-    out.mkdir(parents=True, exist_ok=True)
+    out = parent / run_id
+    out.mkdir(exist_ok=True)
     result = {"run_id": run_id, "report_dir": str(out), "slice": sl.name, "model": args.model, "delta": args.delta,
               "steps_per_trial": budget.repeats, "interrupted": False, "decisions": [], "trials": []}
     status, measure = 0, None

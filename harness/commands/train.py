@@ -3,7 +3,7 @@ import argparse
 import dataclasses
 import sys
 
-from harness import data, records, train
+from harness import data, inputs, records, train
 from harness.config import MODELS, PRECISIONS, TrainConfig, compute_dtype, model_config
 from harness.progress import Progress
 
@@ -54,6 +54,10 @@ def run(args) -> tuple[int, dict]:
                       learning_rate=args.lr, steps=args.steps, epochs=args.epochs)
     if cfg.steps is None and cfg.epochs is None:
         cfg = dataclasses.replace(cfg, steps=100)
+    if args.peak_tflops is not None:
+        inputs.positive("--peak-tflops", args.peak_tflops)
+    if args.out:
+        inputs.appendable_file("--out", args.out)
     seq_len = cfg.resolved_seq_len(model_cfg)
     corpus = data.load_corpus(args.corpus, args.corpus_config)
     packed = data.prepare(model_cfg.vocab_size, seq_len, cfg.batch_size, corpus, args.tokenizer)
