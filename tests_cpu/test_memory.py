@@ -136,3 +136,13 @@ def test_memory_bad_input_is_one_line(args, message):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines()[-1].startswith("harness: error: ")
     assert message in proc.stderr
+
+
+def test_shard_that_no_plan_fits_is_out_of_memory_not_an_error():
+    """On UTAH-GPN's T4 VM no Shard plan fits gpt2m at 8 sequences per GPU. The planner runs the
+    plan that needs the least and the analysis finds it out of memory, as it does Data there;
+    it once failed as if the user had asked for something impossible."""
+    on_vm2 = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 2, COMMAND, techniques=("Shard",))[1]
+    assert on_vm2["cluster"]["vms_used"] == ["vm2"] and on_vm2["status"] == "oom", on_vm2["reason"]
+    assert "none fits the device's memory: the one that needs the least" in on_vm2["plan"]
+    assert "vm2's T4 has 16 GiB" in on_vm2["reason"] and on_vm2["memory"]["bytes_per_device"] > 16 * GiB

@@ -189,3 +189,12 @@ def test_shard_planner_keeps_tensor_parallelism_inside_vms_when_vms_are_far_apar
     assert (uniform.data_size, uniform.tensor_size) == (4, 1)
     data_comm = lambda links: estimate(far, gpt2m, 32, 1024, 4, links, 16e12)["data_comm_s"]
     assert data_comm(Links.for_rtt(100.0)) > data_comm(Links.for_rtt(1.0))
+
+
+def test_shard_planner_picks_the_smallest_plan_when_none_fits():
+    gpt2m = model_config("gpt2m")
+    plan, est, table = choose(ClusterShape(1, 2), gpt2m, 16, 1024, 4, Links(), 16e12, device_memory=1e9)
+    assert all(problem.startswith("needs ") for _, _, problem in table)
+    assert est["bytes_per_device"] == min(e["bytes_per_device"] for _, e, _ in table)
+    with pytest.raises(BadInput, match="no intra-op plan for gpt2m"):  # only when no plan can be built at all
+        choose(ClusterShape(1, 2), gpt2m, 3, 1024, 4, Links(), 16e12)

@@ -112,7 +112,10 @@ def estimate(plan: IntraOpPlan, model_cfg: GPTConfig, batch: int, seq_len: int, 
 
 def choose(shape: ClusterShape, model_cfg: GPTConfig, batch: int, seq_len: int, micro_batches: int,
            links: Links, device_flops: float, device_memory: float | None = None) -> tuple[IntraOpPlan, dict, list]:
-    """The cheapest feasible plan, its estimate, and every plan considered with its estimate or problem."""
+    """The cheapest plan that fits, its estimate, and every plan considered with its estimate or problem.
+    When none fits device_memory, the plan that needs the least: a planner cannot make the model
+    fit, so the run (or the compile-only memory analysis) goes on to find it out of memory, as
+    every other technique's does, rather than fail as if the input were wrong."""
     table = []
     for plan in candidate_plans(shape):
         problem = plan_problem(plan, model_cfg, batch, micro_batches)
@@ -121,10 +124,14 @@ def choose(shape: ClusterShape, model_cfg: GPTConfig, batch: int, seq_len: int, 
             problem = f"needs {est['bytes_per_device'] / 1e9:.1f} GB per device > {device_memory / 1e9:.1f} GB"
         table.append((plan, est, problem))
     feasible = [(plan, est) for plan, est, problem in table if problem is None]
-    if not feasible:
-        raise BadInput(f"Shard: no intra-op plan fits {model_cfg.name} on {shape}: " + "; ".join(
+    if feasible:
+        plan, est = min(feasible, key=lambda pe: pe[1]["seconds"])
+        return plan, est, table
+    too_big = [(plan, est) for plan, est, _ in table if est]
+    if not too_big:
+        raise BadInput(f"Shard: no intra-op plan for {model_cfg.name} on {shape}: " + "; ".join(
             f"{p}: {why}" for p, _, why in table))
-    plan, est = min(feasible, key=lambda pe: pe[1]["seconds"])
+    plan, est = min(too_big, key=lambda pe: pe[1]["bytes_per_device"])
     return plan, est, table
 
 
@@ -164,12 +171,13 @@ class ShardParallel:
         self.validate(model_cfg, shape, cfg.batch_size)
         seq_len = cfg.resolved_seq_len(model_cfg)
         if self.plan:
-            plan, considered = self.plan, 1
+            plan, considered, fits = self.plan, 1, True
             est = estimate(plan, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links, self.device_flops)
         else:
             plan, est, table = choose(shape, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links,
                                       self.device_flops, self.device_memory)
             considered = len(table)
+            fits = not self.device_memory or est["bytes_per_device"] <= self.device_memory
         physical = make_mesh(shape, devices).devices
         mesh = Mesh(physical.reshape(plan.data[0], plan.tensor[0], plan.data[1], plan.tensor[1]), AXES)
 
@@ -196,7 +204,8 @@ class ShardParallel:
             batch_layout=lambda x: x, batch_spec=batch_spec,
             step=jax.jit(step, in_shardings=(ps, os_, bs, bs), out_shardings=(ps, os_, shardings(mesh, P())),
                          donate_argnums=(0, 1)),
-            details={"plan": str(plan) + (" (given)" if self.plan else " (cheapest by the cost model)"),
+            details={"plan": str(plan) + (" (given)" if self.plan else " (cheapest by the cost model)" if fits
+                                          else " (none fits the device's memory: the one that needs the least)"),
                      "estimated step": f"{est['seconds'] * 1e3:.2f} ms = compute {est['compute_s'] * 1e3:.2f} "
                                        f"+ tensor comm {est['tensor_comm_s'] * 1e3:.2f} "
                                        f"+ data comm {est['data_comm_s'] * 1e3:.2f}",
