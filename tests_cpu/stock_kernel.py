@@ -4,7 +4,8 @@ The machine's kernel may lack sch_netem (this suite's CI machines do); Debian's 
 So the netem tests boot that kernel (`apt-get install qemu-system-x86 linux-image-amd64
 busybox-static`, which .ci/run does) in a VM whose root is this machine's root, shared read-only
 over 9p under a throwaway tmpfs overlay: the VM runs the same Python, venv and checkout as the host,
-and can write nothing back but its results.
+and can write nothing back but its results. /tmp too is the host's under the overlay, not a fresh
+tmpfs: a venv or checkout kept there must be found in the VM.
 
     result = boot("ip -V; tc qdisc add dev lo root netem delay 10ms")
     result.returncode, result.output
@@ -31,7 +32,7 @@ $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=524288 host
 $B mount -t tmpfs -o size=512m rw /rw && $B mkdir /rw/upper /rw/work
 $B mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work /newroot
 for d in proc sys dev; do $B mount --move /$d /newroot/$d; done
-$B mount -t tmpfs run /newroot/run; $B mount -t tmpfs tmp /newroot/tmp
+$B mount -t tmpfs run /newroot/run
 $B mkdir -p /newroot/vm-out /newroot/dev/pts /newroot/dev/shm
 $B mount -t devpts devpts /newroot/dev/pts; $B mount -t tmpfs shm /newroot/dev/shm
 $B mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 out /newroot/vm-out

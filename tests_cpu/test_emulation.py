@@ -165,7 +165,8 @@ def test_a_driver_without_the_clusters_token_is_refused(ray_cluster):
     with driver(ray_cluster.env) as insider:
         assert len(insider.request({"do": "nodes"}, timeout=120)) == 2
     without = {k: v for k, v in ray_cluster.env.items() if k not in ray_cluster.auth}
-    with driver(without) as outsider, pytest.raises(DriverError, match="Failed to connect to Ray cluster"):
+    refused = f"cannot join the Ray cluster at {ray_cluster.address}: AuthenticationError: .*InvalidAuthToken"
+    with driver(without) as outsider, pytest.raises(DriverError, match=refused):
         outsider.request({"do": "nodes"}, timeout=120)
 
 

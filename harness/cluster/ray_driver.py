@@ -25,6 +25,7 @@ import ctypes
 import itertools
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -221,12 +222,39 @@ class DriverServer:
             self.handle({"do": "close", "group": name})
 
 
+def join(address: str) -> None:
+    """ray.init, failing with the reason: Ray's own error says only that it could not connect
+    (before 2.60, not even that), and the cause, such as a missing or wrong token, is inside the
+    text of an exception it chained."""
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except Exception as e:
+        raise ConnectionError(f"cannot join the Ray cluster at {address}: {root_cause(e)}") from e
+
+
+def root_cause(exc: BaseException) -> str:
+    """'Name: first sentence' of the innermost error in an exception's chain, or named in its text
+    (a chained traceback, formatted into a message, ends with a 'module.NameError: ...' line)."""
+    chain = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for e in reversed(chain):
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        if not lines:
+            continue
+        named = [line for line in lines if re.match(r"[\w.]*(Error|Exception): ", line)]
+        name, _, message = (named[-1] if named else f"{type(e).__name__}: {lines[0]}").partition(": ")
+        return f"{name.rsplit('.', 1)[-1]}: {message.split('. ')[0]}"
+    return type(chain[0]).__name__
+
+
 def main() -> None:
     driver = None
     for line in sys.stdin:
         request = json.loads(line)
         if driver is None:
-            ray.init(address=request["address"], logging_level="ERROR", log_to_driver=False)
+            join(request["address"])
             driver = DriverServer()
         try:
             answer = driver.handle(request)
