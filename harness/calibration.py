@@ -138,7 +138,7 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
             if record["status"] != "ok":
                 raise CalibrationFailed(f"Data on {sl.name}'s scaled link failed, so it cannot be refined: "
                                         f"{record['status']} ({record['reason']})")
-            here = costmodel_check.fit_window(net, device_flops, record)
+            here = costmodel_check.fit_window(net, device_flops, record, runner.paper_slices)
             before, s = s, scale_one(runner, sl, here, device_flops)
             scaling.calibration["from_trials"].append(costmodel_check.label(record))
             scaling.calibration["window_bytes_on"][sl.name] = here.window_bytes
@@ -164,7 +164,8 @@ def from_records(runner: Runner, recs: list[dict], mode: str) -> Scaling:
     """The links similarity scaling gives the runner's slices, from the cost model calibrated on
     recs (the calibration trials, or a literal run's own: costmodel_check.calibrate picks the same
     four), in one pass: with the window measured at one RTT."""
-    net, device_flops, used = costmodel_check.calibrate(recs, per_tensor=not runner.budget.combine)
+    net, device_flops, used = costmodel_check.calibrate(recs, runner.paper_slices,
+                                                        per_tensor=not runner.budget.combine)
     scaled = [scale_one(runner, sl, net, device_flops) for sl in runner.paper_slices.values()]
     calibration = {"device_flops": device_flops, "per_collective_s": net.per_collective_s,
                    "tcp_buffer_bytes": runner.network.tcp_buffer_bytes if runner.network else None,

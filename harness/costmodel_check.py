@@ -52,14 +52,14 @@ def _setup(r: dict) -> Setup:
                            precision=r["precision"], remat=False, seq_len=r["batch"]["seq_len"])
 
 
-def _slice(r: dict) -> slices.Slice:
-    sl = slices.load(r["cluster"]["slice"])
+def _slice(r: dict, by_name: dict[str, slices.Slice]) -> slices.Slice:
+    sl = by_name[r["cluster"]["slice"]]  # the run's own slices: a slice file's is not found by name
     rtt = r["cluster"]["network"]["rtt_ms"]
     return sl.with_rtt(rtt) if rtt is not None else sl
 
 
-def _predict(r: dict, net: Network, device_flops: float) -> costmodel.Prediction:
-    sl = _slice(r)
+def _predict(r: dict, net: Network, device_flops: float, by_name: dict) -> costmodel.Prediction:
+    sl = _slice(r, by_name)
     shaped = [d["bandwidth_gbps"] * 1e9 / 8 for d in (r["cluster"]["network"].get("links") or {}).values()
               if d.get("bandwidth_gbps")]
     if shaped:  # a link given a rate (similarity scaling) carries at most that
@@ -82,12 +82,14 @@ def _solve(f, target: float, lo: float, hi: float) -> float:
     return math.exp(scipy.optimize.brentq(g, a, b, xtol=1e-9))
 
 
-def calibrate(recs: list[dict], per_tensor: bool = True) -> tuple[Network, float, list[str]]:
+def calibrate(recs: list[dict], by_name: dict[str, slices.Slice], per_tensor: bool = True
+              ) -> tuple[Network, float, list[str]]:
     """(network, FLOP/s per device, the trials used) from the records of an emulated run: the
     device rate from Data on one VM; a collective's rate and fixed cost from ZeRO2 and Shard on all
     VMs at the lowest RTT (from ZeRO2 alone, the fixed cost only, where Shard did not run); the
     window from Data on all VMs at the lowest two-site RTT.
-    per_tensor: the trials ran one collective per gradient tensor (Budget.combine off)."""
+    by_name: the run's slices, by the name its records give; per_tensor: the trials ran one
+    collective per gradient tensor (Budget.combine off)."""
     ok = [r for r in recs if r["status"] == "ok" and r["timing"]["median_step_s"] and r["cluster"]["slice"]]
     rtt = lambda r: r["cluster"]["network"]["rtt_ms"] or 0.0
     every = sorted((r for r in ok if r["cluster"]["hosts"] > 1), key=rtt)
@@ -108,30 +110,30 @@ def calibrate(recs: list[dict], per_tensor: bool = True) -> tuple[Network, float
         # trial pins mostly one figure, so solving for each in turn settles both in a few rounds.
         top = net.link_bytes_per_s
         for _ in range(ROUNDS):
-            rate = _solve(lambda x: _predict(zero2, replace(net, link_bytes_per_s=x), device_flops).step_s,
+            rate = _solve(lambda x: _predict(zero2, replace(net, link_bytes_per_s=x), device_flops, by_name).step_s,
                           zero2["timing"]["median_step_s"], 1e6, top)
             net = replace(net, link_bytes_per_s=rate)
-            cost = _solve(lambda x: _predict(shard, replace(net, per_collective_s=x), device_flops).step_s,
+            cost = _solve(lambda x: _predict(shard, replace(net, per_collective_s=x), device_flops, by_name).step_s,
                           shard["timing"]["median_step_s"], 1e-7, 1.0)
             net = replace(net, per_collective_s=cost)
         used += [zero2, shard]
     elif zero2:
-        cost = _solve(lambda x: _predict(zero2, replace(net, per_collective_s=x), device_flops).step_s,
+        cost = _solve(lambda x: _predict(zero2, replace(net, per_collective_s=x), device_flops, by_name).step_s,
                       zero2["timing"]["median_step_s"], 1e-7, 1.0)
         net, used = replace(net, per_collective_s=cost), used + [zero2]
     data = next((r for r in every if r["technique"] == "Data" and rtt(r) >= 1.0), None)
     if data:
-        net, used = fit_window(net, device_flops, data), used + [data]
+        net, used = fit_window(net, device_flops, data, by_name), used + [data]
     return net, device_flops, [label(r) for r in used]
 
 
-def fit_window(net: Network, device_flops: float, data: dict) -> Network:
+def fit_window(net: Network, device_flops: float, data: dict, by_name: dict[str, slices.Slice]) -> Network:
     """net with the TCP window that makes the model's step of `data` (Data on all VMs, across a
     delay) the measured one."""
     def with_window(w):
         return replace(net, window_bytes=w, initial_window_bytes=min(net.initial_window_bytes, w))
 
-    return with_window(_solve(lambda w: _predict(data, with_window(w), device_flops).step_s,
+    return with_window(_solve(lambda w: _predict(data, with_window(w), device_flops, by_name).step_s,
                               data["timing"]["median_step_s"], 1e3, 1e9))
 
 
@@ -142,17 +144,18 @@ def label(r: dict) -> str:
             + (f" at {rtt:.3g} ms" if c["hosts"] > 1 and rtt is not None else ""))
 
 
-def check(recs: list[dict], per_tensor: bool = True, calibration: list[dict] | None = None) -> dict:
+def check(recs: list[dict], by_name: dict[str, slices.Slice], per_tensor: bool = True,
+          calibration: list[dict] | None = None) -> dict:
     """Predicted vs measured for every successful trial; rank agreement and errors. calibration:
     the run's own calibration trials (harness.calibration), so that every trial of recs is judged;
     without them, the trials of recs that calibrate are left out."""
-    net, device_flops, used = calibrate(calibration or recs, per_tensor)
+    net, device_flops, used = calibrate(calibration or recs, by_name, per_tensor)
     left_out = [] if calibration else used
     rows = []
     for r in recs:
         if r["status"] != "ok" or not r["timing"]["median_step_s"] or r["cluster"]["slice"] is None:
             continue
-        p = _predict(r, net, device_flops)
+        p = _predict(r, net, device_flops, by_name)
         measured = r["timing"]["median_step_s"]
         rows.append({"trial": label(r), "technique": r["technique"], "slice": r["cluster"]["slice"],
                      "all_vms": r["cluster"]["hosts"] > 1, "rtt_ms": r["cluster"]["network"]["rtt_ms"],

@@ -74,3 +74,29 @@ def test_a_slice_is_two_site_by_its_papers_rtt_whatever_link_it_ran_on():
     table = claims.Table(recs)
     assert claims.single_site(table) == ["TACC-TACC"] and claims.two_site(table) == ["UTAH-GPN"]
     assert claims.rtt(table, "TACC-TACC") == 3.0  # what the link measured stays the RTT shown
+
+
+def test_the_cost_model_check_finds_the_runs_own_slices_not_table_i_by_name():
+    """Records name their slice; a run on a slice file has one that Table I does not know. The
+    check once looked every name up in Table I, and a run on any other slice failed to calibrate."""
+    import dataclasses
+
+    from harness import costmodel_check, records, resources
+
+    shipped = resources.path("baselines", "quick-similarity")
+
+    def renamed(name: str) -> list[dict]:
+        recs = records.read(shipped / name)
+        for r in recs:
+            if r["cluster"]["slice"] == "TACC-TACC":
+                r["cluster"]["slice"] = "MINE"
+        return recs
+
+    table_i = {name: slices.load(name) for name in ("TACC-TACC", "UTAH-GPN")}
+    mine = {"MINE": dataclasses.replace(table_i["TACC-TACC"], name="MINE"), "UTAH-GPN": table_i["UTAH-GPN"]}
+    as_shipped = costmodel_check.check(records.read(shipped / "results.jsonl"), table_i, per_tensor=False,
+                                       calibration=records.read(shipped / "calibration.jsonl"))
+    on_mine = costmodel_check.check(renamed("results.jsonl"), mine, per_tensor=False,
+                                    calibration=renamed("calibration.jsonl"))
+    assert {row["slice"] for row in on_mine["rows"]} == {"MINE", "UTAH-GPN"}
+    assert [row["predicted_s"] for row in on_mine["rows"]] == [row["predicted_s"] for row in as_shipped["rows"]]

@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parent of the run folder (default: reports/ of the current directory)")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="baseline run folder to compare with (default: the shipped baseline of the mode and links, "
-                        "when there is one)")
+                        "when there is one and the run is on the mode's own slices, not --slice)")
     p.add_argument("--infer", action="store_true",
                    help="after the claims, infer the paper's unstated setup from its observed runs and judge C4 apart "
                         "from that choice (`python -m harness memory --infer` on the run's slices; about 40 minutes "
@@ -92,9 +92,10 @@ def run(args) -> tuple[int, dict]:
         result["files"] = sorted(p.name for p in out.iterdir())
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
+    # The shipped baselines ran the mode's own slices: a run on others has nothing to compare with them.
     baseline = (Path(args.baseline) if args.baseline
-                else resources.path("baselines", mode if args.literal else f"{mode}-similarity"))
-    if (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
+                else None if args.slice else resources.path("baselines", mode if args.literal else f"{mode}-similarity"))
+    if baseline and (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
         result["comparison"] = compare.compare(baseline, out, args.threshold)
     if not args.json:
         print(summary(result))
