@@ -199,7 +199,7 @@ def test_select_decides_from_real_trials_on_this_cluster(backend, tmp_path):
     recs = records.read(tmp_path / "results.jsonl")
     ran = {(r["technique"], tuple(r["cluster"]["vms_used"])) for r in recs}
     assert len(recs) == len(ran) == len(measured_selection.trial_table(measure))
-    assert ("Pipeshard", ("vm1", "vm2")) in ran and all(r["status"] == "ok" for r in recs)
+    assert ("Pipeshard", tuple(vm.name for vm in sl.vms)) in ran and all(r["status"] == "ok" for r in recs)
     assert [d["mode"] for d in decisions] == ["published", "corrected"]
     for d in decisions:
         assert {(x["technique"], tuple(x["vms"])) for x in d["trials"] if not x.get("skipped")} <= ran
