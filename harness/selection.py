@@ -23,10 +23,10 @@ within delta of each other (or both fail), ZeRO2 is tried too, and the answer is
 is within delta of the fastest of the three (about as fast, and it frees VMs), else the fastest.
 So the answer is always within delta of the fastest configuration the algorithm measured.
 """
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from harness import inputs
 from harness.errors import BadInput
 
 PIPESHARD, DATA, SHARD, ZERO2 = "Pipeshard", "Data", "Shard", "ZeRO2"
@@ -199,6 +199,5 @@ def select(mode: str, vms, measure, delta: float = 0.1, gpus_per_vm: int = 2, pr
     runs that cannot change the decision (see _best_single) are skipped."""
     if mode not in MODES:
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if not (margin >= 0 and math.isfinite(margin)):
-        raise BadInput(f"--margin must be a number >= 0, got {margin}")
+    inputs.non_negative("--margin", margin)
     return (published if mode == "published" else corrected)(vms, measure, delta, gpus_per_vm, predicted, margin)
