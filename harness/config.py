@@ -6,10 +6,10 @@ share the architecture exactly and differ only in size, so that everything measu
 runs the same code as a paper-scale run.
 """
 import dataclasses
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from harness import inputs
 from harness.errors import BadInput
 
 
@@ -110,14 +110,13 @@ class TrainConfig:
             raise BadInput(f"seq_len must be at least 2, got {self.seq_len}")
         if self.steps is not None and self.steps < 1:
             raise BadInput(f"steps must be positive, got {self.steps}")
-        if self.epochs is not None and self.epochs <= 0:
-            raise BadInput(f"epochs must be positive, got {self.epochs}")
+        if self.epochs is not None:
+            inputs.positive("epochs", self.epochs)
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise BadInput(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.seed < 0:  # numpy's generators take no negative seed
             raise BadInput(f"seed must be >= 0, got {self.seed}")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
-            raise BadInput(f"learning_rate must be a positive number, got {self.learning_rate}")
+        inputs.positive("learning_rate", self.learning_rate)
 
     def resolved_seq_len(self, model: GPTConfig) -> int:
         seq_len = self.seq_len or model.n_positions

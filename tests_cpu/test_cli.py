@@ -65,6 +65,7 @@ def test_mfu_divides_by_the_peak_of_the_arithmetic_that_ran():
     (["--lr", "nan"], "learning_rate must be a positive number, got nan"),
     (["--lr", "-0.1"], "learning_rate must be a positive number, got -0.1"),
     (["--seed", "-1"], "seed must be >= 0, got -1"),
+    (["--epochs", "nan"], "epochs must be a positive number, got nan"),
     (["--peak-tflops", "0"], "--peak-tflops must be a positive number, got 0.0"),
     (["--out", "."], "--out .: is a folder (expected a .jsonl file to append to)"),
 ])
@@ -109,6 +110,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):
      "--threshold must be a positive number, got -1.0"),
     (["predict", "--tokens", "inf"], "--tokens must be a positive number, got inf"),
     (["select", "--margin", "nan"], "--margin must be a number >= 0, got nan"),
+    (["select", "--eps", "inf"], "--eps must be a positive number, got inf"),
     (["memory", "--out", "."], "--out .: is a folder (expected a .jsonl file to append to)"),
 ])
 def test_every_subcommand_refuses_bad_numbers_and_paths_in_one_line(args, message):

@@ -60,8 +60,8 @@ def run(args) -> tuple[int, dict]:
     model_config(args.model)
     if args.eps is None and args.steps < 3:
         raise BadInput(f"--steps must be at least 3 for timed comparisons, got {args.steps}")
-    if args.eps is not None and not args.eps > 0:
-        raise BadInput(f"--eps must be positive, got {args.eps}")
+    if args.eps is not None:
+        inputs.positive("--eps", args.eps)
     modes = list(selection.MODES) if args.mode == "both" else [args.mode]
     names = [vm.name for vm in sl.vms]
     for mode in modes:  # --delta, --margin and the VMs are checked before anything starts
