@@ -25,7 +25,7 @@ from harness.config import Setup, Technique, model_config
 from harness.errors import BadInput
 from harness.netmodel import TCP_ADV_WIN_SCALE, Network
 from harness.slices import Slice
-from harness.trials import ALL_VMS, Runner, Trial
+from harness.trials import Runner, Trial
 
 LITERAL, SIMILARITY = "literal", "similarity"
 MODES = (SIMILARITY, LITERAL)
@@ -86,10 +86,10 @@ def extra_trials(slices: list[Slice]) -> int:
 
 def calibration_trials(sl: Slice) -> list[tuple[Slice, Trial]]:
     """(the link it runs on, the trial), in the order they run."""
-    return [(sl.with_rtt(0.0), Trial(Technique.DATA, sl.name, sl.vms[0].name)),
-            (sl.with_rtt(0.0), Trial(Technique.ZERO2, sl.name, ALL_VMS)),
-            (sl.with_rtt(0.0), Trial(Technique.SHARD, sl.name, ALL_VMS)),
-            (sl.with_rtt(CALIBRATION_RTT_MS), Trial(Technique.DATA, sl.name, ALL_VMS))]
+    return [(sl.with_rtt(0.0), Trial.on(sl, Technique.DATA, sl.vms[0].name)),
+            (sl.with_rtt(0.0), Trial.on(sl, Technique.ZERO2)),
+            (sl.with_rtt(0.0), Trial.on(sl, Technique.SHARD)),
+            (sl.with_rtt(CALIBRATION_RTT_MS), Trial.on(sl, Technique.DATA))]
 
 
 def scale_setup(runner: Runner) -> Setup:
@@ -134,7 +134,7 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
         s = scaling.scaled[i]
         for _ in range(REFINE_ROUNDS if sl.rtt_ms >= TWO_SITE_MS else 0):
             runner.set_slice(scaled_slice(sl, s, net.link_bytes_per_s))
-            record = runner.measure(Trial(Technique.DATA, sl.name, ALL_VMS), keep)
+            record = runner.measure(Trial.on(sl, Technique.DATA), keep)
             if record["status"] != "ok":
                 raise CalibrationFailed(f"Data on {sl.name}'s scaled link failed, so it cannot be refined: "
                                         f"{record['status']} ({record['reason']})")

@@ -140,7 +140,8 @@ def fit_window(net: Network, device_flops: float, data: dict, by_name: dict[str,
 def label(r: dict) -> str:
     c = r["cluster"]
     rtt = c["network"]["rtt_ms"]
-    return (f"{r['technique']}-{c['slice']}-{'4gpu' if c['hosts'] > 1 else c['vms_used'][0]}"
+    everywhere = f"{c['hosts'] * c['devices_per_host']}gpu"
+    return (f"{r['technique']}-{c['slice']}-{everywhere if c['hosts'] > 1 else c['vms_used'][0]}"
             + (f" at {rtt:.3g} ms" if c["hosts"] > 1 and rtt is not None else ""))
 
 

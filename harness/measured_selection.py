@@ -20,7 +20,7 @@ class Trials:
     def __call__(self, technique: str, vms: tuple) -> float:
         key = (technique, tuple(vms))
         if key not in self.records:
-            trial = trials.Trial(technique, self.slice.name, trials.ALL_VMS if len(vms) > 1 else vms[0])
+            trial = trials.Trial.on(self.slice, technique, trials.ALL_VMS if len(vms) > 1 else vms[0])
             print(f"select: {trial.label} ...", file=sys.stderr, flush=True)
             record = self.runner.measure(trial, lambda r: records.append(self.results, r))
             self.records[key] = record

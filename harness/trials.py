@@ -37,17 +37,26 @@ class Trial:
     technique: str
     slice: str
     vms: str  # ALL_VMS, or the name of the one VM used
+    gpus: int  # how many it trains on, which the label of a trial on all VMs names, as the paper does
+
+    @classmethod
+    def on(cls, sl: Slice, technique: str, vm: str = ALL_VMS) -> "Trial":
+        used = [v for v in sl.vms if vm in (ALL_VMS, v.name)]
+        if not used:
+            raise BadInput(f"trial {technique}-{sl.name}-{vm}: the slice has no VM {vm!r} "
+                           f"(it has {', '.join(v.name for v in sl.vms)})")
+        return cls(technique, sl.name, vm, sum(v.gpus for v in used))
 
     @property
     def label(self) -> str:
-        return f"{self.technique}-{self.slice}-{'4gpu' if self.vms == ALL_VMS else self.vms}"
+        return f"{self.technique}-{self.slice}-{f'{self.gpus}gpu' if self.vms == ALL_VMS else self.vms}"
 
 
 def trials_for(sl: Slice, one_vm: list[str] | None = None) -> list[Trial]:
     """Every technique on all VMs, and on each VM of one_vm alone (default: every VM)."""
     one_vm = [vm.name for vm in sl.vms] if one_vm is None else one_vm
-    return ([Trial(t, sl.name, ALL_VMS) for t in Technique]
-            + [Trial(t, sl.name, vm) for vm in one_vm for t in Technique])
+    return ([Trial.on(sl, t) for t in Technique]
+            + [Trial.on(sl, t, vm) for vm in one_vm for t in Technique])
 
 
 @dataclass

@@ -70,7 +70,7 @@ def test_emulated_vms_split_into_a_process_per_device_train_through_ray_as_one_p
     budget = Budget(model="scale-tiny")
     kept = []
     with trials.emulated([sl], budget, split_processes=True) as runner:
-        for trial in (trials.Trial("ZeRO2", sl.name, trials.ALL_VMS), trials.Trial("Pipeshard", sl.name, trials.ALL_VMS)):
+        for trial in (trials.Trial.on(sl, "ZeRO2"), trials.Trial.on(sl, "Pipeshard")):
             runner.measure(trial, kept.append)
     assert [(r["technique"], r["status"], r["cluster"]["processes_per_host"]) for r in kept] == [
         ("ZeRO2", "ok", 2), ("Pipeshard", "ok", 2)]

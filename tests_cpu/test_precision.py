@@ -19,7 +19,7 @@ def test_a_bad_precision_is_named_before_any_trial():
 def test_the_trials_jobs_carry_the_budgets_precision(precision, dtype, full):
     sl = slices.load("UTAH-GPN")
     runner = trials.Runner(None, [sl], Budget(model="scale-tiny", precision=precision), 2)
-    job = runner.job(trials.Trial("ZeRO2", sl.name, trials.ALL_VMS))
+    job = runner.job(trials.Trial.on(sl, "ZeRO2"))
     assert (job.model["dtype"], job.full_fp32) == (dtype, full)
 
 

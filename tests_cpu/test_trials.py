@@ -1,5 +1,8 @@
 """What a trial is made of, without running one (the claims suite runs them)."""
+import pytest
+
 from harness import slices, trials
+from harness.errors import BadInput
 
 
 def test_a_live_slice_runs_every_technique_on_all_vms_and_on_each_vm_alone():
@@ -16,8 +19,17 @@ def test_a_trial_goes_into_the_benchmark_json_as_its_fields():
     from harness.config import Technique
     from harness.suite import plugin
 
-    doc = {"benchmarks": [{"params": {"trial": trials.Trial(Technique.DATA, "UTAH-GPN", trials.ALL_VMS)}},
+    doc = {"benchmarks": [{"params": {"trial": trials.Trial.on(slices.load("UTAH-GPN"), Technique.DATA)}},
                           {"params": None}]}
     plugin.pytest_benchmark_update_json(None, [], doc)
     assert json.loads(json.dumps(doc))["benchmarks"][0]["params"] == {
-        "trial": {"technique": "Data", "slice": "UTAH-GPN", "vms": "all"}}
+        "trial": {"technique": "Data", "slice": "UTAH-GPN", "vms": "all", "gpus": 4}}
+
+
+def test_a_trial_on_all_vms_is_labelled_with_the_gpus_it_trains_on():
+    three = slices.parse('name = "three"\nrtt_ms = 30\n' + "".join(
+        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 1\ngpu = "T4"\n' for i in range(3)), "three.toml")
+    labels = [t.label for t in trials.trials_for(three, one_vm=["v2"])]
+    assert labels[0] == "Data-three-3gpu" and "Shard-three-v2" in labels
+    with pytest.raises(BadInput, match="the slice has no VM 'vm9' .it has v0, v1, v2."):
+        trials.Trial.on(three, "Data", "vm9")

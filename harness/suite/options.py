@@ -73,7 +73,7 @@ def emulated_trials(config) -> list:
 
     out = []
     for sl in claim_slices(config):
-        out += [trials.Trial(t, sl.name, trials.ALL_VMS) for t in Technique]
-        out += [trials.Trial(t, sl.name, sl.vms[0].name) for t in Technique]
-        out += [trials.Trial(t, sl.name, vm.name) for vm in sl.vms[1:] for t in (Technique.DATA, Technique.SHARD)]
+        out += [trials.Trial.on(sl, t) for t in Technique]
+        out += [trials.Trial.on(sl, t, sl.vms[0].name) for t in Technique]
+        out += [trials.Trial.on(sl, t, vm.name) for vm in sl.vms[1:] for t in (Technique.DATA, Technique.SHARD)]
     return out
