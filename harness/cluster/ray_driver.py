@@ -28,6 +28,7 @@ import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from harness.emulation import probe
 COORDINATOR_PORT = 7310
 ECHO_PORT = 7311
 PIN = 0.01
+HEAD_PROBE_S = 10  # a head across a WAN answers in well under a second
 
 
 def _die_with_parent() -> None:
@@ -225,7 +227,14 @@ class DriverServer:
 def join(address: str) -> None:
     """ray.init, failing with the reason: Ray's own error says only that it could not connect
     (before 2.60, not even that), and the cause, such as a missing or wrong token, is inside the
-    text of an exception it chained."""
+    text of an exception it chained. Where nothing listens, ray.init retries for minutes (past five
+    on 2.60), so the head's port is tried first."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=HEAD_PROBE_S).close()
+    except OSError as e:
+        raise ConnectionError(f"cannot join the Ray cluster at {address}: no Ray head answers there "
+                              f"({type(e).__name__}: {e.strerror or e})") from e
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     except Exception as e:
