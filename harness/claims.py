@@ -553,9 +553,19 @@ def _groups(t: MemoryTable) -> list[tuple[str, dict]]:
     return out
 
 
+def _on_one_gpu(runs: dict) -> bool:
+    """Every technique of a placement on a single GPU (a VM of one, alone) is the same
+    single-device program: bytes that differ there differ by bookkeeping, not by technique."""
+    return any(r is not None and r["cluster"]["hosts"] * r["cluster"]["devices_per_host"] == 1
+               for r in runs.values())
+
+
 def _extreme(t: MemoryTable, technique: str, most: bool, part: str, statement: str) -> Verdict:
     v = Verdict(part, statement)
     for where, runs in _groups(t):
+        if _on_one_gpu(runs):
+            v.notes.append(f"{where}: not compared, on one GPU every technique is the single-device program")
+            continue
         for other in Technique:
             if other == technique:
                 continue

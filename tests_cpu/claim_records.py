@@ -24,13 +24,14 @@ def trial(technique: str, slice_name: str, step_times, vms=("vm1", "vm2"), rtt: 
     return records.validate(r)
 
 
-def memory(model: str, technique: str, slice_name: str, vms, gib: float | None, status: str = "ok") -> dict:
+def memory(model: str, technique: str, slice_name: str, vms, gib: float | None, status: str = "ok",
+           gpus_per_vm: int = 2) -> dict:
     """A compile-only memory record: `gib` GiB per GPU, status ok, oom or error."""
     cfg = model_config(model)
     where = records.Placement(technique, cluster={"slice": slice_name, "vms_used": list(vms), "hosts": len(vms),
-                                                  "devices_per_host": 2, "network": {"mechanism": None, "rtt_ms": None}})
+                                                  "devices_per_host": gpus_per_vm, "network": {"mechanism": None, "rtt_ms": None}})
     return records.validate(records.build(
-        cfg, TrainConfig(batch_size=4 * 2 * len(vms), seq_len=cfg.n_positions, steps=1), None, None, where, status,
+        cfg, TrainConfig(batch_size=4 * gpus_per_vm * len(vms), seq_len=cfg.n_positions, steps=1), None, None, where, status,
         None if status == "ok" else "too big" if status == "oom" else "ValueError: cannot build",
         memory={"bytes_per_device": int(gib * 2**30) if gib is not None else None,
                 "source": "xla-cpu-memory-analysis (compile only)"}))
