@@ -146,3 +146,17 @@ def test_shard_that_no_plan_fits_is_out_of_memory_not_an_error():
     assert on_vm2["cluster"]["vms_used"] == ["vm2"] and on_vm2["status"] == "oom", on_vm2["reason"]
     assert "none fits the device's memory: the one that needs the least" in on_vm2["plan"]
     assert "vm2's T4 has 16 GiB" in on_vm2["reason"] and on_vm2["memory"]["bytes_per_device"] > 16 * GiB
+
+
+def test_one_vm_at_a_time_on_a_slice_of_three_one_gpu_vms(tmp_path):
+    """--gpus names placements, not the paper's counts: one-vm is each VM alone, whatever its GPUs."""
+    path = tmp_path / "three.toml"
+    path.write_text('name = "three"\nrtt_ms = 30\n' + "".join(
+        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 1\ngpu = "T4"\n' for i in range(3)))
+    proc = harness("memory", "--model", "scale-tiny", "--slice", str(path), "--gpus", "one-vm",
+                   "--techniques", "Data", "--json")
+    assert proc.returncode == 0, proc.stderr
+    recs = json.loads(proc.stdout)["records"]
+    assert [r["cluster"]["vms_used"] for r in recs] == [["v0"], ["v1"], ["v2"]]
+    assert all(r["cluster"]["hosts"] * r["cluster"]["devices_per_host"] == 1 for r in recs)
+    assert "scale-tiny on three, 1 GPU ..." in proc.stderr

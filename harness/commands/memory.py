@@ -21,8 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file, repeatable; "
                         "default: all of Table I")
-    p.add_argument("--gpus", default="both", choices=["2", "4", "both"],
-                   help="4: all GPUs of both VMs; 2: one VM at a time; both (default)")
+    p.add_argument("--gpus", default="both", choices=["all", "one-vm", "both", "4", "2"],
+                   help="all: every GPU of every VM; one-vm: the GPUs of one VM at a time; both (default). "
+                        "4 and 2 are the paper's names for them, on its slices of two 2-GPU VMs")
     # The command's defaults are Alpa's example (8 sequences per GPU, activations kept, Shard
     # planned with this slice's links and memory); the memory claims use config.Setup's.
     p.add_argument("--batch-per-gpu", type=int, default=8,
@@ -83,7 +84,7 @@ def run(args) -> tuple[int, dict]:
                              schedule=args.pipeline_schedule)
         if not setups:
             raise BadInput("--batches and --micro leave no setup: microbatches must divide the sequences per GPU")
-    gpu_counts = {"2": ["per_vm"], "4": ["all"], "both": ["all", "per_vm"]}[args.gpus]
+    gpu_counts = {"one-vm": ["per_vm"], "2": ["per_vm"], "all": ["all"], "4": ["all"], "both": ["all", "per_vm"]}[args.gpus]
     if args.out:
         inputs.appendable_file("--out", args.out)
 
@@ -145,7 +146,7 @@ def _analyse_all(models, chosen, gpu_counts, a: Setup, techniques, compiler, pre
         for sl in chosen:
             for which in gpu_counts:
                 gpus = sl.gpus_per_vm * (len(sl.vms) if which == "all" else 1)
-                print(f"{prefix}{model_cfg.name} on {sl.name}, {gpus} GPUs ...", file=sys.stderr, flush=True)
+                print(f"{prefix}{model_cfg.name} on {sl.name}, {gpus} GPU{'s' if gpus > 1 else ''} ...", file=sys.stderr, flush=True)
                 out += analyse(sl, model_cfg, gpus, a, techniques, compiler)
     return out
 
