@@ -98,6 +98,7 @@ class Step:
     m: int  # microbatches
     value: int  # bytes per activation value
     remat: bool  # Pipeshard recomputes its stages
+    schedule: str = "1f1b"  # Pipeshard's, which sets the microbatches a stage keeps
 
     @property
     def gpus(self) -> int:
@@ -148,8 +149,9 @@ def _zero2(s: Step) -> tuple[dict, float, list]:
     grads = gradient_buckets(s.cfg, s.net, buckets.REDUCE_SCATTER_COMBINE_BYTES)
     terms = {**_no_terms(), "compute": s.total_flops / s.gpus / s.slowest,
              "collectives": 2 * s.net.buckets_s(grads, s.hosts, s.d, s.rtt, phases=1)}
-    # the whole model; its gradient and moments split (+ the full gradients before the scatter)
-    state = 4 * s.params + 12 * s.params / s.gpus + 4 * s.params
+    # the whole model; its gradient and moments split (+ the full gradients before the scatter,
+    # which on one GPU are the split ones)
+    state = 4 * s.params + 12 * s.params / s.gpus + (4 * s.params if s.gpus > 1 else 0)
     return terms, state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1), [f"{len(grads)} buckets"]
 
 
@@ -184,6 +186,7 @@ def _pipeshard(s: Step) -> tuple[dict, float, list]:
     (stages - 1) stage-times, every tick moves activations forward and gradients back; inside a
     stage its GPUs all-reduce their gradients, and the tied embedding's crosses the VMs."""
     from harness.techniques.pipeshard import stage_sizes
+    from harness.techniques.pipeshard_stages import in_flight
 
     cfg, net, m, d = s.cfg, s.net, s.m, s.d
     mesh = mesh_shape(Technique.PIPESHARD, s.hosts, d)
@@ -198,19 +201,25 @@ def _pipeshard(s: Step) -> tuple[dict, float, list]:
     act = s.batch / m * s.seq * cfg.n_embd * s.value  # one microbatch's activations at a layer boundary
     p2p = (net.per_collective_s + net.send_s(act / per_stage, hop) if hop
            else act / per_stage / net.ici_bytes_per_s + net.ici_latency_s)
-    ring = stages * (hop / 2 if hop else net.ici_latency_s)  # the loss and the gradient norm, around the stages
+    # the loss and the gradient norm, around the stages (one stage keeps them)
+    ring = stages * (hop / 2 if hop else net.ici_latency_s) if stages > 1 else 0.0
     # Stages move in lockstep: every tick ends with a transfer forward, and its transpose in the
     # backward pass with one back, so each tick pays one transfer each way.
     transfers = (2 * (m + stages - 1) * p2p if stages > 1 else 0.0) + 2 * ring
-    stage_params = (s.params - 2 * cfg.vocab_size * cfg.n_embd) / stages + cfg.vocab_size * cfg.n_embd
-    embedding = 4 * cfg.vocab_size * cfg.n_embd  # the tied embedding's gradient: first and last stage sum theirs
-    collectives = (net.ring_s(4 * stage_params, 1, per_stage, 0, 2)
-                   + (net.ring_s(embedding, 2, 1, hop, 2) if hop else net.ring_s(embedding, 1, 2, 0, 2)))
+    # The first stage keeps the embedding and the last the output head: the same matrix, tied.
+    vocab = cfg.vocab_size * cfg.n_embd
+    ends = vocab if cfg.tie_embeddings else 2 * vocab
+    stage_params = s.params if stages == 1 else (s.params - ends) / stages + vocab
+    embedding = 4 * vocab  # the tied embedding's gradient: first and last stage sum theirs
+    tied = (0.0 if stages == 1 or not cfg.tie_embeddings else net.ring_s(embedding, 2, 1, hop, 2) if hop
+            else net.ring_s(embedding, 1, 2, 0, 2))
+    collectives = net.ring_s(4 * stage_params, 1, per_stage, 0, 2) + tied
     micro = s.batch / m / per_stage  # sequences of one microbatch on one GPU of a stage
+    held = in_flight(s.schedule, 0, stages, m)  # the first stage holds the most
     if s.remat:  # keeps each microbatch's stage input; recomputes one microbatch's activations at a time
-        kept = m * micro * s.seq * cfg.n_embd * s.value + activations(cfg, micro, s.seq, s.value, 1, max(blocks))
+        kept = held * micro * s.seq * cfg.n_embd * s.value + activations(cfg, micro, s.seq, s.value, 1, max(blocks))
     else:
-        kept = m * activations(cfg, micro, s.seq, s.value, 1, max(blocks))
+        kept = held * activations(cfg, micro, s.seq, s.value, 1, max(blocks))
     terms = {"compute": m * stage_time, "collectives": collectives,
              "pipeline_bubble": (stages - 1) * stage_time,  # GPipe: m + stages - 1 ticks
              "pipeline_transfers": transfers}
@@ -236,7 +245,7 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
                 rtt=max((sl.rtt_between(a, b) for a in vms for b in vms if a != b), default=0.0) / 1e3,
                 seq=setup.seq_len or cfg.n_positions, batch=setup.batch_per_gpu * hosts * sl.gpus_per_vm,
                 m=setup.micro_batches, value=BYTES[setup.precision],
-                remat=technique == Technique.PIPESHARD and setup.remat)
+                remat=technique == Technique.PIPESHARD and setup.remat, schedule=setup.pipeline_schedule)
     terms, memory, notes = TERMS[technique](step)
     step_s = sum(terms.values())
     steps_per_epoch = dataset_tokens / (step.batch * step.seq) if dataset_tokens else 0

@@ -170,3 +170,27 @@ def test_a_three_site_slice_with_per_site_rtts_is_priced_by_its_slowest_link(tmp
     every = {t: costmodel.predict(t, sl, ("vm1", "vm2", "vm3"), GPT2M) for t in ("Data", "Pipeshard")}
     assert every["Data"].terms["collectives"] > both["Data"].terms["collectives"]  # 80 ms against 10 ms
     assert every["Pipeshard"].notes[-1].startswith("blocks per stage") and every["Pipeshard"].gpus == 6
+
+
+def test_on_one_gpu_every_technique_is_the_single_device_step(tmp_path):
+    """A VM of one GPU alone: nothing to split, sum or pass between stages, so every technique
+    costs what Data does (ZeRO2 once kept a second copy of the gradients, and Pipeshard summed its
+    tied embedding with a stage it does not have)."""
+    path = tmp_path / "one.toml"
+    path.write_text('name = "ONE"\nrtt_ms = 30\n' + "".join(
+        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 1\ngpu = "T4"\n' for i in range(2)))
+    sl = slices.load(str(path))
+    data = costmodel.predict("Data", sl, ("v0",), GPT2M)
+    for technique in ("ZeRO2", "Shard", "Pipeshard"):
+        p = costmodel.predict(technique, sl, ("v0",), GPT2M)
+        assert p.step_s == pytest.approx(data.step_s) and p.terms["collectives"] == 0, technique
+        assert p.memory_bytes == pytest.approx(data.memory_bytes, rel=1e-3), technique
+
+
+def test_pipeshards_memory_follows_its_schedule():
+    """1F1B keeps as many microbatches in flight as there are stages; GPipe keeps them all."""
+    sl = slices.load("UTAH-GPN")
+    one_f_one_b, gpipe = (costmodel.predict("Pipeshard", sl, ("vm1", "vm2"), GPT2M,
+                                            Setup(micro_batches=8, pipeline_schedule=schedule))
+                          for schedule in ("1f1b", "gpipe"))
+    assert gpipe.memory_bytes > one_f_one_b.memory_bytes and gpipe.step_s == one_f_one_b.step_s

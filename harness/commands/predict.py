@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compute precision (default: %(default)s)")
     p.add_argument("--remat", action="store_true",
                    help="Pipeshard recomputes its stages' activations in the backward pass (default: off, as Alpa's)")
+    p.add_argument("--pipeline-schedule", default=Setup.pipeline_schedule, choices=["1f1b", "gpipe"],
+                   help="Pipeshard's schedule, which sets the microbatches a stage keeps in memory "
+                        "(default: %(default)s, Alpa's); both pay the same bubble")
     p.add_argument("--epochs", type=int, default=20, help="epochs to time (default: %(default)s)")
     p.add_argument("--tokens", type=float, default=None, metavar="N",
                    help="tokens in one epoch of the dataset (default: the embedded corpus, counted as "
@@ -53,7 +56,8 @@ def run(args) -> tuple[int, dict]:
     net = costmodel.network_for(sl)
     if link:
         sl, net = sl.with_rtt(link.rtt_ms), net.calibrated(link.rtt_ms, link.flow_bytes_per_s)
-    setup = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat)
+    setup = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat,
+                  pipeline_schedule=args.pipeline_schedule)
     predictions, cannot = costmodel.predict_slice(
         sl, cfg, setup, net=net, devices_for=lambda vms: costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
         epochs=args.epochs, dataset_tokens=tokens)
