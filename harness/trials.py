@@ -273,7 +273,10 @@ class Runner:
         if self.network is not None:
             self.network.use_slice(sl)
         first, last = sl.vms[0].name, sl.vms[-1].name
-        self.rtt_ms[name] = self.driver.request({"do": "rtt", "a": first, "b": last})
+        try:
+            self.rtt_ms[name] = self.driver.request({"do": "rtt", "a": first, "b": last})
+        except DriverError as e:
+            raise TrialFailed("error", f"measuring the RTT between {first} and {last}: {e}") from None
         self.current_slice = name
 
     # -- the record -----------------------------------------------------------------------------

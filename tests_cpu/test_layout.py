@@ -1,6 +1,8 @@
 """Emulated VMs laid on this machine's devices (harness.cluster.layout): one process per VM where
 there is a GPU for every emulated one, one per emulated GPU on shares of fewer; then the split
 path end to end through Ray on CPU devices, where CI can run it."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -64,9 +66,11 @@ def test_emulated_vms_split_into_a_process_per_device_train_through_ray_as_one_p
     VM's namespace, started by the VM's Ray actor. A mesh row (a VM) then spans two processes:
     ZeRO2 (reduce-scatter and all-gather over every device) and Pipeshard (stages are VMs, data
     parallel inside each) give the single device's losses, and the records say how the VMs were
-    laid out."""
+    laid out. The slice states no cores, as a user's file may: each VM's Ray node then has one CPU,
+    which a worker group once held so that the RTT probe beside it waited for it until Ray gave up."""
     require_emulation()
-    sl = slices.load("UTAH-GPN")
+    gpn = slices.load("UTAH-GPN")
+    sl = dataclasses.replace(gpn, vms=tuple(dataclasses.replace(vm, cores=None) for vm in gpn.vms))
     budget = Budget(model="scale-tiny")
     kept = []
     with trials.emulated([sl], budget, split_processes=True) as runner:

@@ -46,6 +46,7 @@ from harness.emulation import probe
 COORDINATOR_PORT = 7310
 ECHO_PORT = 7311
 PIN = 0.01
+PLACE_S = 120  # an actor per VM is placed in seconds when the resources are there
 HEAD_PROBE_S = 10  # a head across a WAN answers in well under a second
 
 
@@ -53,7 +54,9 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned workers
 
 
-@ray.remote(num_cpus=1)
+# No CPU of Ray's: the actor only starts processes, which taskset pins to the VM's cores, and a
+# VM of one core (a slice file that gives none) must still host a worker group and an RTT probe.
+@ray.remote(num_cpus=0)
 class VMWorker:
     """A VM's pinned actor; it starts the VM's worker processes (one, or one per shared GPU)."""
 
@@ -167,8 +170,15 @@ class DriverServer:
         # leaves room for the other actors placed there (a single-VM group next to a two-VM one).
         # With GPUs, the actor holds the VM's GPUs, and Ray sets CUDA_VISIBLE_DEVICES for its worker.
         extra = {"GPU": gpus} if gpus else {}
-        group = placement_group([{"CPU": 1, vm: PIN, **extra} for vm in vms], strategy="STRICT_SPREAD")
-        ray.get(group.ready(), timeout=120)
+        bundles = [{vm: PIN, **extra} for vm in vms]
+        group = placement_group(bundles, strategy="STRICT_SPREAD")
+        try:
+            ray.get(group.ready(), timeout=PLACE_S)
+        except ray.exceptions.GetTimeoutError:
+            remove_placement_group(group)
+            raise RuntimeError(f"Ray could not place an actor on each of {', '.join(vms)} within {PLACE_S} s: "
+                               f"each needs {PIN} of its VM's resource{f' and {gpus} GPUs' if gpus else ''}, "
+                               f"free now {ray.available_resources()}") from None
         actors = [VMWorker.options(resources={vm: PIN}, num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
             group, placement_group_bundle_index=i)).remote() for i, vm in enumerate(vms)]
         return group, actors
