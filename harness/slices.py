@@ -135,6 +135,12 @@ class Slice:
         """Round-trip time in ms between the VMs named a and b: the delays of both directions."""
         return self.shape(a, b).delay_ms + self.shape(b, a).delay_ms
 
+    @property
+    def farthest_pair(self) -> tuple[str, str]:
+        """The two VMs with the largest RTT between them: the pair whose RTT is the slice's."""
+        pairs = [(a.name, b.name) for i, a in enumerate(self.vms) for b in self.vms[i + 1:]]
+        return max(pairs, key=lambda pair: self.rtt_between(*pair))
+
     def with_rtt(self, rtt_ms: float) -> "Slice":
         """The slice with one RTT for every pair of VMs (half each way); the links keep the rest of their shape."""
         directions = tuple((x, y, tuple((k, v) for k, v in given if k != "delay_ms")) for x, y, given in self.directions)

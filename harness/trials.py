@@ -272,7 +272,7 @@ class Runner:
         sl = self.slices[name]
         if self.network is not None:
             self.network.use_slice(sl)
-        first, last = sl.vms[0].name, sl.vms[-1].name
+        first, last = sl.farthest_pair  # the RTT the slice is known by
         try:
             self.rtt_ms[name] = self.driver.request({"do": "rtt", "a": first, "b": last})
         except DriverError as e:

@@ -127,6 +127,7 @@ def test_rtt_per_pair_of_sites():
     assert sl.rtt_between("vm1", "vm2") == 20.2 and sl.rtt_between("vm3", "vm2") == 40.0
     assert sl.rtt_between("vm1", "vm4") == slices.SAME_SITE_RTT_MS  # same site
     assert sl.rtt_ms == 57.4 and sl.bandwidth_gbps == 10.0
+    assert sl.farthest_pair == ("vm1", "vm3")  # the trials measure the slice's RTT there, not vm1-vm4's 0.1 ms
     missing = text.replace(', "GPN-MASS" = 40.0', "")
     with pytest.raises(BadInput, match='has no RTT for sites GPN and MASS'):
         slices.parse(missing, "three.toml")
