@@ -38,6 +38,18 @@ SOURCE = "xla-cpu-memory-analysis (compile only)"
 COMPILE_ONLY = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
+def provide_cpu_devices(slices) -> None:
+    """The CPU compiler compiles a plan for all of a slice's GPUs at once, on as many CPU devices,
+    whose number JAX fixes when its backend starts: ask for the largest slice's before that. Once
+    started, a backend with too few makes the analysis fail naming both counts."""
+    need = max(len(sl.vms) * sl.gpus_per_vm for sl in slices)
+    if need > max(jax.config.jax_num_cpu_devices, 1):
+        try:
+            jax.config.update("jax_num_cpu_devices", need)
+        except RuntimeError:  # already started
+            pass
+
+
 def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
     """Where a run of `gpus` GPUs goes on a slice: all VMs, or each single VM on its own."""
     per_vm = sl.gpus_per_vm

@@ -100,3 +100,12 @@ def test_the_cost_model_check_finds_the_runs_own_slices_not_table_i_by_name():
                                     calibration=renamed("calibration.jsonl"))
     assert {row["slice"] for row in on_mine["rows"]} == {"MINE", "UTAH-GPN"}
     assert [row["predicted_s"] for row in on_mine["rows"]] == [row["predicted_s"] for row in as_shipped["rows"]]
+
+
+def test_one_swap_among_four_techniques_is_a_rank_agreement_of_exactly_0_8():
+    """The bound the claims hold the cost model to; a slice file's run of four techniques that
+    swapped one neighbouring pair once failed it by floating-point noise."""
+    from harness import costmodel_check
+
+    assert costmodel_check.spearman([12.8, 7.01, 39.3, 2.52], [12.8, 12.81, 27.9, 5.05]) == 0.8
+    assert costmodel_check.spearman([1, 2, 3], [3, 2, 1]) == -1.0

@@ -1,5 +1,6 @@
 """Paper-scale memory per technique from compile-only XLA analysis, and where it runs out."""
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -160,3 +161,17 @@ def test_one_vm_at_a_time_on_a_slice_of_three_one_gpu_vms(tmp_path):
     assert [r["cluster"]["vms_used"] for r in recs] == [["v0"], ["v1"], ["v2"]]
     assert all(r["cluster"]["hosts"] * r["cluster"]["devices_per_host"] == 1 for r in recs)
     assert "scale-tiny on three, 1 GPU ..." in proc.stderr
+
+
+def test_a_claims_session_on_a_larger_slice_has_a_cpu_device_for_each_of_its_gpus(tmp_path):
+    """The memory claims compile for all of a slice's GPUs at once; Table I's 4 CPU devices (the
+    conftest's) once made every analysis on all six GPUs of a three-VM slice crash."""
+    path = tmp_path / "three.toml"
+    path.write_text('name = "three"\nrtt_ms = 30\n' + "".join(
+        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 2\ngpu = "T4"\n' for i in range(3)))
+    probe = tmp_path / "test_devices.py"
+    probe.write_text("import jax\n\n\ndef test_devices():\n    assert len(jax.devices('cpu')) == 6\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe),
+                           "--claims-slices", str(path)], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "JAX_NUM_CPU_DEVICES": "4"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -88,9 +88,7 @@ def run(args) -> tuple[int, dict]:
     if args.out:
         inputs.appendable_file("--out", args.out)
 
-    import jax  # the mesh of the largest slice must exist before anything touches the backend
-
-    jax.config.update("jax_num_cpu_devices", max(len(s.vms) * s.gpus_per_vm for s in chosen))
+    memory.provide_cpu_devices(chosen)  # before anything touches the backend
 
     if args.compiler == "both":
         if args.infer:
