@@ -52,3 +52,17 @@ def test_this_cpu_run_compiles_for_the_cpu(pytestconfig):
     if not cpu_only(pytestconfig.option.markexpr):
         pytest.skip(f"not a `pytest -m cpu` run (-m {pytestconfig.option.markexpr!r}): JAX picks its own backend")
     assert os.environ.get("JAX_PLATFORMS") == "cpu" and jax.default_backend() == "cpu"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--claims-slices", "UTAH-GPN,nowhere.toml"], "--claims-slices: slice 'nowhere.toml' is neither"),
+    (["--trial-model", "gpt9"], "--trial-model: unknown model 'gpt9'"),
+    (["--trial-repeats", "1"], "--trial-repeats: trial budget: repeats must be at least 3"),
+    (["--memory-models", "gpt2m,gpt9"], "--memory-models: unknown model 'gpt9'"),
+])
+def test_bad_claims_options_stop_the_session_in_one_line(args, said):
+    """Before collection: they once surfaced as an error in every claims test, each with a traceback."""
+    proc = run_pytest("--collect-only", "-q", "tests_cpu/test_claims.py", *args)
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:]
+    assert proc.stderr.strip().startswith(f"ERROR: {said}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -54,6 +54,10 @@ def link_scaling(config) -> str:
     return config.getoption("--link-scaling")
 
 
+def trial_model(config):
+    return model_config(config.getoption("--trial-model"))
+
+
 def budget(config) -> Budget:
     """What every trial trains; the emulated CPU backend combines the collectives where it scales
     the links (backends.open_backend)."""

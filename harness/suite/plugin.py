@@ -15,39 +15,20 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}(kind): the backend a claims test module runs its trials on "
                                        "(emulated-cpu, emulated-gpu or live)")
-    if config.getoption("--claims-slices") not in ("quick", "all"):
-        # The memory claims compile for every GPU of the largest slice; Table I's 4 are the
-        # conftest's. A bad slice is reported where the trials are made.
-        from harness import memory
-        from harness.errors import BadInput
+    import pytest
 
+    from harness.errors import BadInput
+
+    # Bad options stop the session in one line, before any test is collected.
+    readers = {"--claims-slices": options.claim_slices, "--memory-models": options.memory_models,
+               "--trial-model": options.trial_model, "--trial-repeats": options.budget}
+    for option, read in readers.items():
         try:
-            memory.provide_cpu_devices(options.claim_slices(config))
-        except BadInput:
-            pass
+            read(config)
+        except BadInput as e:
+            raise pytest.UsageError(f"{option}: {e}") from None
+    if config.getoption("--claims-slices") not in ("quick", "all"):
+        from harness import memory
 
-
-def pytest_generate_tests(metafunc):
-    """A test that takes `trial` runs once per trial of its module's backend."""
-    from harness.suite.backends import kind_of, wanted_trials
-
-    if "trial" not in metafunc.fixturenames:
-        return
-    kind = kind_of(metafunc.definition)
-    if kind is None:
-        return
-    wanted = wanted_trials(metafunc.config, kind)
-    metafunc.parametrize("trial", wanted or [None], ids=[t.label for t in wanted] or ["no-trials"])
-
-
-def pytest_benchmark_update_json(config, benchmarks, output_json):
-    """Each trial's parameter in the benchmark JSON as its fields, where pytest-benchmark would
-    write `UNSERIALIZABLE[Trial(...)]`: regression tracking reads these reports by machine."""
-    import dataclasses
-
-    from harness.trials import Trial
-
-    for bench in output_json.get("benchmarks", []):
-        params = bench.get("params") or {}
-        if isinstance(params.get("trial"), Trial):
-            params["trial"] = dataclasses.asdict(params["trial"])
+        # The memory claims compile for every GPU of the largest slice; Table I's 4 are the conftest's.
+        memory.provide_cpu_devices(options.claim_slices(config))
