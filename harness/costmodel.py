@@ -266,8 +266,9 @@ def activations(cfg: GPTConfig, micro_batch: float, seq: int, value: int, tensor
 
 
 def placements(sl: slices.Slice) -> list[tuple[str, ...]]:
-    """All VMs together, then each VM alone."""
-    return [tuple(vm.name for vm in sl.vms)] + [(vm.name,) for vm in sl.vms]
+    """All VMs together, then each VM alone (a slice of one VM: just that)."""
+    alone = [(vm.name,) for vm in sl.vms]
+    return ([tuple(vm.name for vm in sl.vms)] if len(alone) > 1 else []) + alone
 
 
 def predict_slice(sl: slices.Slice, cfg: GPTConfig, setup: Setup = Setup(), net: Network | None = None,

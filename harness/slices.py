@@ -224,5 +224,12 @@ def load(name_or_path: str) -> Slice:
     return parse(path.read_text(), str(path))
 
 
+def across_vms(sl: Slice, purpose: str) -> Slice:
+    """sl, if it has the two VMs or more that `purpose` compares runs across."""
+    if len(sl.vms) < 2:
+        raise BadInput(f"{sl.source}: slice {sl.name} has one VM, and {purpose}: give it two or more")
+    return sl
+
+
 def table_i() -> list[Slice]:
     return [load(name) for name in TABLE_I_ORDER]

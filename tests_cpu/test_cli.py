@@ -120,6 +120,19 @@ def test_every_subcommand_refuses_bad_numbers_and_paths_in_one_line(args, messag
     assert proc.stderr.strip() == f"harness: error: {message}"
 
 
+@pytest.mark.parametrize("command, purpose", [
+    ("reproduce", "the claims compare runs on all of a slice's VMs with runs on one"),
+    ("select", "Algorithm 1 chooses between all VMs and one of them"),
+])
+def test_a_slice_of_one_vm_is_refused_where_runs_are_compared_across_vms(tmp_path, command, purpose):
+    solo = tmp_path / "solo.toml"
+    solo.write_text('name = "SOLO"\nrtt_ms = 30\n[[vm]]\nname = "a"\nsite = "X"\ngpus = 2\ngpu = "T4"\n')
+    proc = harness(command, "--slice", str(solo), "--out", str(tmp_path), "--json", timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == f"harness: error: {solo}: slice SOLO has one VM, and {purpose}: give it two or more"
+    assert list(tmp_path.iterdir()) == [solo]  # refused before any run folder
+
+
 def test_a_forked_helper_that_is_terminated_does_not_tear_down_the_command(tmp_path):
     """pyroute2 forks a helper to open a namespace's socket, then terminates it. The helper inherits
     the command's SIGTERM handler and stack: it must die there, not unwind through the command's

@@ -3,6 +3,7 @@
 Its agreement with measured trials is tested where the trials are measured (test_claims.py);
 here, its parts: TCP's window and slow start, the terms of each technique, and the command.
 """
+import dataclasses
 import json
 import subprocess
 import sys
@@ -180,6 +181,9 @@ def test_on_one_gpu_every_technique_is_the_single_device_step(tmp_path):
     path.write_text('name = "ONE"\nrtt_ms = 30\n' + "".join(
         f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 1\ngpu = "T4"\n' for i in range(2)))
     sl = slices.load(str(path))
+    assert costmodel.placements(slices.across_vms(sl, "")) == [("v0", "v1"), ("v0",), ("v1",)]
+    solo = dataclasses.replace(sl, vms=sl.vms[:1])
+    assert costmodel.placements(solo) == [("v0",)]  # all of its VMs are the one: predicted once
     data = costmodel.predict("Data", sl, ("v0",), GPT2M)
     for technique in ("ZeRO2", "Shard", "Pipeshard"):
         p = costmodel.predict(technique, sl, ("v0",), GPT2M)

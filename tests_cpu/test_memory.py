@@ -175,3 +175,12 @@ def test_a_claims_session_on_a_larger_slice_has_a_cpu_device_for_each_of_its_gpu
                            "--claims-slices", str(path)], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "JAX_NUM_CPU_DEVICES": "4"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_slice_of_one_vm_is_analysed_once(tmp_path):
+    """All of its GPUs are its one VM's: --gpus both once gave every record twice."""
+    path = tmp_path / "solo.toml"
+    path.write_text('name = "SOLO"\nrtt_ms = 30\n[[vm]]\nname = "a"\nsite = "X"\ngpus = 2\ngpu = "T4"\n')
+    proc = harness("memory", "--model", "scale-tiny", "--slice", str(path), "--techniques", "Data", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["cluster"]["vms_used"] for r in json.loads(proc.stdout)["records"]] == [["a"]]

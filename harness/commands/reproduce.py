@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from harness import compare, inputs, resources, slices
+from harness.suite.options import CLAIMS_ACROSS_VMS
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
 MODES = {
@@ -61,7 +62,8 @@ def run(args) -> tuple[int, dict]:
     if args.slice:
         settings["slices"] = ",".join(str(Path(s).resolve()) if Path(s).is_file() else s for s in args.slice)
         for s in args.slice:
-            slices.load(s)  # a bad slice file fails here, with the field named
+            # a bad slice file fails here, with the field named
+            slices.across_vms(slices.load(s), CLAIMS_ACROSS_VMS)
     from harness.config import model_config
 
     model_config(args.model)

@@ -56,7 +56,7 @@ def steps_for(args, sl: slices.Slice) -> int:
 
 
 def run(args) -> tuple[int, dict]:
-    sl = slices.load(args.slice)
+    sl = slices.across_vms(slices.load(args.slice), "Algorithm 1 chooses between all VMs and one of them")
     model_config(args.model)
     if args.eps is None and args.steps < 3:
         raise BadInput(f"--steps must be at least 3 for timed comparisons, got {args.steps}")
