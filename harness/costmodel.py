@@ -206,13 +206,17 @@ def _pipeshard(s: Step) -> tuple[dict, float, list]:
     # Stages move in lockstep: every tick ends with a transfer forward, and its transpose in the
     # backward pass with one back, so each tick pays one transfer each way.
     transfers = (2 * (m + stages - 1) * p2p if stages > 1 else 0.0) + 2 * ring
-    # The first stage keeps the embedding and the last the output head: the same matrix, tied.
+    # The first stage keeps the embedding and the last the output head (tied: each a copy of one
+    # matrix, whose gradients the two stages sum).
     vocab = cfg.vocab_size * cfg.n_embd
     ends = vocab if cfg.tie_embeddings else 2 * vocab
     stage_params = s.params if stages == 1 else (s.params - ends) / stages + vocab
-    embedding = 4 * vocab  # the tied embedding's gradient: first and last stage sum theirs
-    tied = (0.0 if stages == 1 or not cfg.tie_embeddings else net.ring_s(embedding, 2, 1, hop, 2) if hop
-            else net.ring_s(embedding, 1, 2, 0, 2))
+    if stages == 1 or not cfg.tie_embeddings:
+        tied = 0.0
+    elif hop:
+        tied = net.ring_s(4 * vocab, 2, 1, hop, 2)
+    else:
+        tied = net.ring_s(4 * vocab, 1, 2, 0, 2)
     collectives = net.ring_s(4 * stage_params, 1, per_stage, 0, 2) + tied
     micro = s.batch / m / per_stage  # sequences of one microbatch on one GPU of a stage
     held = in_flight(s.schedule, 0, stages, m)  # the first stage holds the most
