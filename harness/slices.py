@@ -231,5 +231,16 @@ def across_vms(sl: Slice, purpose: str) -> Slice:
     return sl
 
 
+def one_shape(chosen: list[Slice]) -> list[Slice]:
+    """chosen, if they can share one emulated cluster: the same VMs with the same GPUs (only the
+    links differ between them, as between Table I's slices)."""
+    base = chosen[0]
+    for sl in chosen[1:]:
+        if [(vm.name, vm.gpus) for vm in sl.vms] != [(vm.name, vm.gpus) for vm in base.vms]:
+            raise BadInput(f"slice {sl.name} ({sl.source}): one emulated run needs slices with the same VMs "
+                           f"and GPUs per VM as {base.name}; run it on its own")
+    return chosen
+
+
 def table_i() -> list[Slice]:
     return [load(name) for name in TABLE_I_ORDER]

@@ -26,7 +26,7 @@ from harness.config import Budget, Technique, TrainConfig
 from harness.emulation.network import EmulatedNetwork
 from harness.errors import BadInput
 from harness.jobs import Job
-from harness.slices import Slice
+from harness.slices import Slice, one_shape
 from harness.techniques import mesh_shape
 
 ALL_VMS = "all"
@@ -318,11 +318,7 @@ def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu", calibra
     few (harness.cluster.layout). calibration_trials: trials some technique runs before the sweep
     (harness.calibration), which its optimizer schedule spans; tcp_buffer_bytes: the VMs' TCP
     buffers (None: the kernel's); split_processes: on CPU, one process per device, as GPUs shared."""
-    base = slices[0]
-    for sl in slices[1:]:
-        if [(vm.name, vm.gpus) for vm in sl.vms] != [(vm.name, vm.gpus) for vm in base.vms]:
-            raise BadInput(f"slice {sl.name} ({sl.source}): one emulated run needs slices with the same VMs "
-                           f"and GPUs per VM as {base.name}")
+    base = one_shape(slices)[0]
     vms = [(vm.name, vm.gpus) for vm in base.vms]
     processes = layout.gpu(vms, layout.visible_gpus()) if platform == "gpu" else layout.cpu(vms, split_processes)
     with EmulatedNetwork(base, tcp_buffer_bytes=tcp_buffer_bytes) as net, \

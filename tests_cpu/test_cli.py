@@ -133,6 +133,18 @@ def test_a_slice_of_one_vm_is_refused_where_runs_are_compared_across_vms(tmp_pat
     assert list(tmp_path.iterdir()) == [solo]  # refused before any run folder
 
 
+def test_slices_of_other_shapes_are_refused_together_before_the_run(tmp_path):
+    """One emulated run serves slices that differ only in their links; this once ran the memory
+    claims for 100 s and then failed every trial."""
+    three = tmp_path / "three.toml"
+    three.write_text('name = "THREE"\nrtt_ms = 30\n' + "".join(
+        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 2\ngpu = "T4"\n' for i in range(3)))
+    proc = harness("reproduce", "--slice", "UTAH-GPN", "--slice", str(three), "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and list(tmp_path.iterdir()) == [three]
+    assert proc.stderr.strip() == (f"harness: error: slice THREE ({three}): one emulated run needs slices with "
+                                   "the same VMs and GPUs per VM as UTAH-GPN; run it on its own")
+
+
 def test_a_forked_helper_that_is_terminated_does_not_tear_down_the_command(tmp_path):
     """pyroute2 forks a helper to open a namespace's socket, then terminates it. The helper inherits
     the command's SIGTERM handler and stack: it must die there, not unwind through the command's

@@ -61,9 +61,8 @@ def run(args) -> tuple[int, dict]:
     settings = dict(MODES[mode])
     if args.slice:
         settings["slices"] = ",".join(str(Path(s).resolve()) if Path(s).is_file() else s for s in args.slice)
-        for s in args.slice:
-            # a bad slice file fails here, with the field named
-            slices.across_vms(slices.load(s), CLAIMS_ACROSS_VMS)
+        # a bad slice file fails here, with the field named
+        slices.one_shape([slices.across_vms(slices.load(s), CLAIMS_ACROSS_VMS) for s in args.slice])
     from harness.config import model_config
 
     model_config(args.model)

@@ -47,7 +47,8 @@ def claim_slices(config) -> list[slices.Slice]:
         return [slices.load(n) for n in QUICK_SLICES]
     if value == "all":
         return slices.table_i()
-    return [slices.across_vms(slices.load(n.strip()), CLAIMS_ACROSS_VMS) for n in value.split(",") if n.strip()]
+    return slices.one_shape([slices.across_vms(slices.load(n.strip()), CLAIMS_ACROSS_VMS)
+                             for n in value.split(",") if n.strip()])
 
 
 CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs on one"
