@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from harness import records
+from tests_cpu import slice_files
 
 
 def harness(*args, **kw):
@@ -125,8 +126,7 @@ def test_every_subcommand_refuses_bad_numbers_and_paths_in_one_line(args, messag
     ("select", "Algorithm 1 chooses between all VMs and one of them"),
 ])
 def test_a_slice_of_one_vm_is_refused_where_runs_are_compared_across_vms(tmp_path, command, purpose):
-    solo = tmp_path / "solo.toml"
-    solo.write_text('name = "SOLO"\nrtt_ms = 30\n[[vm]]\nname = "a"\nsite = "X"\ngpus = 2\ngpu = "T4"\n')
+    solo = slice_files.write(tmp_path, "SOLO", vms=1, gpus=2)
     proc = harness(command, "--slice", str(solo), "--out", str(tmp_path), "--json", timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"harness: error: {solo}: slice SOLO has one VM, and {purpose}: give it two or more"
@@ -136,9 +136,7 @@ def test_a_slice_of_one_vm_is_refused_where_runs_are_compared_across_vms(tmp_pat
 def test_slices_of_other_shapes_are_refused_together_before_the_run(tmp_path):
     """One emulated run serves slices that differ only in their links; this once ran the memory
     claims for 100 s and then failed every trial."""
-    three = tmp_path / "three.toml"
-    three.write_text('name = "THREE"\nrtt_ms = 30\n' + "".join(
-        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 2\ngpu = "T4"\n' for i in range(3)))
+    three = slice_files.write(tmp_path, "THREE", vms=3, gpus=2)
     proc = harness("reproduce", "--slice", "UTAH-GPN", "--slice", str(three), "--out", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and list(tmp_path.iterdir()) == [three]
     assert proc.stderr.strip() == (f"harness: error: slice THREE ({three}): one emulated run needs slices with "

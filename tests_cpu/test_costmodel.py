@@ -17,6 +17,7 @@ from harness.cli import main
 from harness.config import Setup, model_config
 from harness.errors import BadInput
 from harness.netmodel import Network
+from tests_cpu import slice_files
 
 GPT2M = model_config("gpt2m")
 NET = Network()
@@ -177,11 +178,8 @@ def test_on_one_gpu_every_technique_is_the_single_device_step(tmp_path):
     """A VM of one GPU alone: nothing to split, sum or pass between stages, so every technique
     costs what Data does (ZeRO2 once kept a second copy of the gradients, and Pipeshard summed its
     tied embedding with a stage it does not have)."""
-    path = tmp_path / "one.toml"
-    path.write_text('name = "ONE"\nrtt_ms = 30\n' + "".join(
-        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 1\ngpu = "T4"\n' for i in range(2)))
-    sl = slices.load(str(path))
-    assert costmodel.placements(slices.across_vms(sl, "")) == [("v0", "v1"), ("v0",), ("v1",)]
+    sl = slices.load(str(slice_files.write(tmp_path, "ONE", vms=2, gpus=1)))
+    assert costmodel.placements(sl) == [("v0", "v1"), ("v0",), ("v1",)]
     solo = dataclasses.replace(sl, vms=sl.vms[:1])
     assert costmodel.placements(solo) == [("v0",)]  # all of its VMs are the one: predicted once
     data = costmodel.predict("Data", sl, ("v0",), GPT2M)

@@ -16,6 +16,7 @@ from harness.hardware import GiB
 from harness.memory import COMPILE_ONLY, analyse
 from harness.techniques import ClusterShape
 from harness.techniques.pipeshard_stages import in_flight, own_parameters, stage_programs
+from tests_cpu import slice_files
 
 # The memory command's defaults (Alpa's example), which the fixture below runs with.
 COMMAND = Setup(batch_per_gpu=8, remat=False, alpa_shard=False)
@@ -151,9 +152,7 @@ def test_shard_that_no_plan_fits_is_out_of_memory_not_an_error():
 
 def test_one_vm_at_a_time_on_a_slice_of_three_one_gpu_vms(tmp_path):
     """--gpus names placements, not the paper's counts: one-vm is each VM alone, whatever its GPUs."""
-    path = tmp_path / "three.toml"
-    path.write_text('name = "three"\nrtt_ms = 30\n' + "".join(
-        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 1\ngpu = "T4"\n' for i in range(3)))
+    path = slice_files.write(tmp_path, "three", vms=3, gpus=1)
     proc = harness("memory", "--model", "scale-tiny", "--slice", str(path), "--gpus", "one-vm",
                    "--techniques", "Data", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -166,9 +165,7 @@ def test_one_vm_at_a_time_on_a_slice_of_three_one_gpu_vms(tmp_path):
 def test_a_claims_session_on_a_larger_slice_has_a_cpu_device_for_each_of_its_gpus(tmp_path):
     """The memory claims compile for all of a slice's GPUs at once; Table I's 4 CPU devices (the
     conftest's) once made every analysis on all six GPUs of a three-VM slice crash."""
-    path = tmp_path / "three.toml"
-    path.write_text('name = "three"\nrtt_ms = 30\n' + "".join(
-        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 2\ngpu = "T4"\n' for i in range(3)))
+    path = slice_files.write(tmp_path, "three", vms=3, gpus=2)
     probe = tmp_path / "test_devices.py"
     probe.write_text("import jax\n\n\ndef test_devices():\n    assert len(jax.devices('cpu')) == 6\n")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe),
@@ -179,8 +176,7 @@ def test_a_claims_session_on_a_larger_slice_has_a_cpu_device_for_each_of_its_gpu
 
 def test_a_slice_of_one_vm_is_analysed_once(tmp_path):
     """All of its GPUs are its one VM's: --gpus both once gave every record twice."""
-    path = tmp_path / "solo.toml"
-    path.write_text('name = "SOLO"\nrtt_ms = 30\n[[vm]]\nname = "a"\nsite = "X"\ngpus = 2\ngpu = "T4"\n')
+    path = slice_files.write(tmp_path, "SOLO", vms=1, gpus=2)
     proc = harness("memory", "--model", "scale-tiny", "--slice", str(path), "--techniques", "Data", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert [r["cluster"]["vms_used"] for r in json.loads(proc.stdout)["records"]] == [["a"]]
+    assert [r["cluster"]["vms_used"] for r in json.loads(proc.stdout)["records"]] == [["v0"]]

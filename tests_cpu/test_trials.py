@@ -3,6 +3,7 @@ import pytest
 
 from harness import slices, trials
 from harness.errors import BadInput
+from tests_cpu import slice_files
 
 
 def test_a_live_slice_runs_every_technique_on_all_vms_and_on_each_vm_alone():
@@ -27,8 +28,7 @@ def test_a_trial_goes_into_the_benchmark_json_as_its_fields():
 
 
 def test_a_trial_on_all_vms_is_labelled_with_the_gpus_it_trains_on():
-    three = slices.parse('name = "three"\nrtt_ms = 30\n' + "".join(
-        f'[[vm]]\nname = "v{i}"\nsite = "S{i}"\ngpus = 1\ngpu = "T4"\n' for i in range(3)), "three.toml")
+    three = slices.parse(slice_files.text("three", vms=3, gpus=1), "three.toml")
     labels = [t.label for t in trials.trials_for(three, one_vm=["v2"])]
     assert labels[0] == "Data-three-3gpu" and "Shard-three-v2" in labels
     with pytest.raises(BadInput, match="the slice has no VM 'vm9' .it has v0, v1, v2."):

@@ -142,8 +142,8 @@ def _analyse_all(models, chosen, gpu_counts, a: Setup, techniques, compiler, pre
     out = []
     for model_cfg in models:
         for sl in chosen:
-            # dict.fromkeys: on a slice of one VM, all its GPUs are one VM's
-            for gpus in dict.fromkeys(sl.gpus_per_vm * (len(sl.vms) if which == "all" else 1) for which in gpu_counts):
+            counts = {"all": sl.gpus_per_vm * len(sl.vms), "per_vm": sl.gpus_per_vm}
+            for gpus in dict.fromkeys(counts[which] for which in gpu_counts):  # one VM: "all" is "per_vm"
                 print(f"{prefix}{model_cfg.name} on {sl.name}, {gpus} GPU{'s' if gpus > 1 else ''} ...", file=sys.stderr, flush=True)
                 out += analyse(sl, model_cfg, gpus, a, techniques, compiler)
     return out

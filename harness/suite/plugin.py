@@ -22,16 +22,17 @@ def pytest_configure(config):
     # Bad options stop the session in one line, before any test is collected.
     readers = {"--claims-slices": options.claim_slices, "--memory-models": options.memory_models,
                "--trial-model": options.trial_model, "--trial-repeats": options.budget}
-    for option, read in readers.items():
+    read = {}
+    for option, reader in readers.items():
         try:
-            read(config)
+            read[option] = reader(config)
         except BadInput as e:
             raise pytest.UsageError(f"{option}: {e}") from None
     if config.getoption("--claims-slices") not in ("quick", "all"):
         from harness import memory
 
         # The memory claims compile for every GPU of the largest slice; Table I's 4 are the conftest's.
-        memory.provide_cpu_devices(options.claim_slices(config))
+        memory.provide_cpu_devices(read["--claims-slices"])
 
 
 def pytest_generate_tests(metafunc):
