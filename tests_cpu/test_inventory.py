@@ -1,10 +1,13 @@
 """A live slice's inventory: bad ones are rejected naming the field."""
+import http.server
 import socket
+import threading
 
 import pytest
 
 from harness import inventory
 from harness.cluster.driver_client import DriverClient, DriverError
+from harness.cluster.ray_driver import HEAD_PROBE_S
 from harness.errors import BadInput
 
 
@@ -31,3 +34,18 @@ def test_an_inventory_naming_a_port_where_no_ray_head_listens_fails_in_seconds()
     said = f"cannot join the Ray cluster at {address}: no Ray head answers there .ConnectionRefusedError"
     with DriverClient([], address, ["vm1", "vm2"]) as driver, pytest.raises(DriverError, match=said):
         driver.request({"do": "nodes"}, timeout=60)
+
+
+def test_an_inventory_naming_a_port_that_is_open_but_no_ray_head_fails_in_seconds():
+    """The dashboard's port (8265) in place of the GCS's (6379) is an easy slip: an HTTP server
+    accepts the connection, and ray.init would wait on it for minutes."""
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler) as web:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        address = f"127.0.0.1:{web.server_address[1]}"
+        said = (f"cannot join the Ray cluster at {address}: something listens there, but not a Ray head: "
+                f"no gRPC answer in {HEAD_PROBE_S} s \\(it answered, but not in HTTP/2\\)")
+        try:
+            with DriverClient([], address, ["vm1", "vm2"]) as driver, pytest.raises(DriverError, match=said):
+                driver.request({"do": "nodes"}, timeout=60)
+        finally:
+            web.shutdown()

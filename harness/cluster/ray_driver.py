@@ -237,18 +237,54 @@ class DriverServer:
 def join(address: str) -> None:
     """ray.init, failing with the reason: Ray's own error says only that it could not connect
     (before 2.60, not even that), and the cause, such as a missing or wrong token, is inside the
-    text of an exception it chained. Where nothing listens, ray.init retries for minutes (past five
-    on 2.60), so the head's port is tried first."""
+    text of an exception it chained. Where nothing listens, or something that is not a Ray head,
+    ray.init retries for minutes (past five on 2.60), so the head's port is tried first."""
     host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=HEAD_PROBE_S).close()
-    except OSError as e:
-        raise ConnectionError(f"cannot join the Ray cluster at {address}: no Ray head answers there "
-                              f"({type(e).__name__}: {e.strerror or e})") from e
+    problem = probe_head(host, int(port))
+    if problem:
+        raise ConnectionError(f"cannot join the Ray cluster at {address}: {problem}")
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     except Exception as e:
         raise ConnectionError(f"cannot join the Ray cluster at {address}: {root_cause(e)}") from e
+
+
+# A client's HTTP/2 connection preface, then an empty SETTINGS frame (length 0, type 4, no flags,
+# stream 0). Any HTTP/2 server, and so the gRPC server of Ray's GCS, answers with a SETTINGS frame.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS = 4
+NOT_A_HEAD = f"something listens there, but not a Ray head: no gRPC answer in {HEAD_PROBE_S} s"
+
+
+def probe_head(host: str, port: int) -> str | None:
+    """Why no Ray head can be at host:port, or None where one may be. Beside a closed port, this
+    finds an open one that does not speak gRPC (a Redis, an SSH, a dashboard's HTTP port), where
+    ray.init would wait for minutes. A head with TLS (RAY_USE_TLS) is only tried for its port."""
+    try:
+        conn = socket.create_connection((host, port), timeout=HEAD_PROBE_S)
+    except OSError as e:
+        return f"no Ray head answers there ({type(e).__name__}: {e.strerror or e})"
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return None
+        try:
+            conn.sendall(HTTP2_PREFACE)
+            header = _read_exactly(conn, 9)
+        except OSError as e:
+            return f"{NOT_A_HEAD} ({type(e).__name__}: {e.strerror or e})"
+    if len(header) == 9 and header[3] == HTTP2_SETTINGS:
+        return None
+    return f"{NOT_A_HEAD} ({'it answered, but not in HTTP/2' if header else 'it closed the connection'})"
+
+
+def _read_exactly(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def root_cause(exc: BaseException) -> str:
