@@ -66,3 +66,17 @@ def test_bad_claims_options_stop_the_session_in_one_line(args, said):
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:]
     assert proc.stderr.strip().startswith(f"ERROR: {said}"), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("written, said", [
+    (False, "--slice-inventory: slice inventory {path}: no such file"),
+    (True, "--slice-inventory: {path} (inventory): slice one-vm has one VM, and the claims compare runs on all"),
+])
+def test_a_bad_slice_inventory_stops_the_fabric_session_in_one_line(tmp_path, written, said):
+    path = tmp_path / "one-vm.toml"
+    if written:
+        path.write_text('ray_address = "127.0.0.1:6379"\n[[vm]]\nname = "vm1"\nsite = "A"\ngpus = 2\ngpu = "T4"\n')
+    proc = run_pytest("--collect-only", "-q", "-m", "fabric", "tests_fabric", "--slice-inventory", str(path))
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:]
+    assert proc.stderr.strip().startswith(f"ERROR: {said.format(path=path)}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -49,10 +49,13 @@ def kind_of(node) -> Kind | None:
 
 def live_slice(config):
     """(slice, Ray address, platform) from --slice-inventory, or None when none is given."""
-    from harness import inventory
+    from harness import inventory, slices
 
     path = config.getoption("--slice-inventory")
-    return inventory.load(path) if path else None
+    if not path:
+        return None
+    sl, address, platform = inventory.load(path)
+    return slices.across_vms(sl, options.CLAIMS_ACROSS_VMS), address, platform
 
 
 def wanted_trials(config, kind: Kind) -> list:

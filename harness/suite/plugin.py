@@ -20,8 +20,11 @@ def pytest_configure(config):
     from harness.errors import BadInput
 
     # Bad options stop the session in one line, before any test is collected.
+    from harness.suite.backends import live_slice
+
     readers = {"--claims-slices": options.claim_slices, "--memory-models": options.memory_models,
-               "--trial-model": options.trial_model, "--trial-repeats": options.budget}
+               "--trial-model": options.trial_model, "--trial-repeats": options.budget,
+               "--slice-inventory": live_slice}
     read = {}
     for option, reader in readers.items():
         try:
