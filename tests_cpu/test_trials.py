@@ -27,6 +27,17 @@ def test_a_trial_goes_into_the_benchmark_json_as_its_fields():
         "trial": {"technique": "Data", "slice": "UTAH-GPN", "vms": "all", "gpus": 4}}
 
 
+@pytest.mark.parametrize("baseline", ["quick", "quick-similarity"])
+def test_the_shipped_baselines_give_each_trial_as_its_fields(baseline):
+    import json
+
+    from harness import resources
+
+    doc = json.loads(resources.path("baselines", baseline, "benchmark.json").read_text())
+    fields = [b["params"]["trial"] for b in doc["benchmarks"] if "trial" in (b["params"] or {})]
+    assert fields and all(set(f) == {"technique", "slice", "vms", "gpus"} for f in fields), fields
+
+
 def test_a_trial_on_all_vms_is_labelled_with_the_gpus_it_trains_on():
     three = slices.parse(slice_files.text("three", vms=3, gpus=1), "three.toml")
     labels = [t.label for t in trials.trials_for(three, one_vm=["v2"])]
