@@ -28,6 +28,9 @@ def load(path: str) -> tuple[slices.Slice, str, str]:
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"slice inventory {path}: not valid TOML ({e})") from None
     schemas.check(inv, "inventory", f"slice inventory {path}")
+    port = int(inv["ray_address"].rpartition(":")[2])
+    if not 1 <= port <= 65535:
+        raise BadInput(f"slice inventory {path}: field 'ray_address' must end in a port from 1 to 65535, got {port}")
     vms = [{"name": vm["name"], "site": vm["site"], "gpus": vm["gpus"], "gpu": vm.get("gpu", vm.get("gpu_type"))}
            for vm in inv["vm"]]
     sl = slices.from_document({"name": inv.get("name", p.stem), "network": "live", "rtt_ms": 0.0, "vm": vms},

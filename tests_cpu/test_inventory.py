@@ -17,6 +17,8 @@ from harness.errors import BadInput
      "field 'platform' must be one of gpu, cpu"),
     ('ray_address = "10.0.0.1"\n[[vm]]\nname = "vm1"\nsite = "A"\ngpus = 2\ngpu = "T4"\n', "field 'ray_address'"),
     ('ray_address = "10.0.0.1:6379"\n', "vm"),
+    ('ray_address = "10.0.0.1:65536"\n[[vm]]\nname = "vm1"\nsite = "A"\ngpus = 2\ngpu = "T4"\n',
+     "field 'ray_address' must end in a port from 1 to 65535, got 65536"),
     ('ray_address = "10.0.0.1:6379"\n[[vm]]\nname = "vm1"\nsite = "A"\ngpus = 2\ngpu = "Z80"\n', "gpu"),
 ])
 def test_bad_inventory_names_the_field(tmp_path, text, field):
