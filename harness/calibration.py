@@ -104,9 +104,10 @@ def literal_link(sl: Slice) -> dict:
 
 
 def scaled_slice(sl: Slice, s: similarity.Scaled, link_bytes_per_s: float) -> Slice:
-    """The paper's slice on the scaled link: its RTT, and its rate unless the link carries about that anyway."""
+    """The paper's slice on the scaled link: its RTT (every pair's in proportion), and its rate
+    unless the link carries about that anyway."""
     shaped = s.link_bytes_per_s < UNSHAPED * link_bytes_per_s
-    return dataclasses.replace(sl.with_rtt(s.rtt_ms), bandwidth_gbps=s.link_bytes_per_s * 8 / 1e9 if shaped else None)
+    return dataclasses.replace(sl.scaled_to(s.rtt_ms), bandwidth_gbps=s.link_bytes_per_s * 8 / 1e9 if shaped else None)
 
 
 def apply(runner: Runner, mode: str, keep) -> Scaling:

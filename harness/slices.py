@@ -103,6 +103,7 @@ class Slice:
     uniform_rtt_ms: float | None = None  # rtt_ms when given as one number for every pair
     link_defaults: tuple = ()  # (field, value) pairs of SHAPE_FIELDS set for every link
     directions: tuple = ()  # ((from_site, to_site, ((field, value), ...)), ...) from [[link]] tables
+    same_site_rtt_ms: float = SAME_SITE_RTT_MS  # between VMs of one site that rtt_ms's table leaves out
 
     @property
     def gpus_per_vm(self) -> int:
@@ -117,7 +118,7 @@ class Slice:
         for x, y, ms in self.site_rtt_ms:
             if {x, y} == {self._site(a), self._site(b)}:
                 return ms
-        return SAME_SITE_RTT_MS
+        return self.same_site_rtt_ms
 
     def shape(self, a: str, b: str, rtt_ms: float | None = None) -> Shape:
         """The direction from VM a to VM b. rtt_ms replaces the slice's delays with rtt_ms / 2 each
@@ -145,6 +146,21 @@ class Slice:
         """The slice with one RTT for every pair of VMs (half each way); the links keep the rest of their shape."""
         directions = tuple((x, y, tuple((k, v) for k, v in given if k != "delay_ms")) for x, y, given in self.directions)
         return dataclasses.replace(self, rtt_ms=rtt_ms, site_rtt_ms=(), uniform_rtt_ms=rtt_ms, directions=directions)
+
+    def scaled_to(self, rtt_ms: float) -> "Slice":
+        """The slice with its farthest pair at rtt_ms and every other delay scaled in proportion: a
+        link made similar to the paper's keeps the slice's geography (VMs at one site stay close
+        to each other, a nearer site stays nearer). A slice of no delay gets rtt_ms everywhere."""
+        far = self.rtt_between(*self.farthest_pair) if len(self.vms) > 1 else 0.0
+        if far <= 0 or (self.uniform_rtt_ms is not None and not self.directions):  # one RTT: nothing to keep
+            return self.with_rtt(rtt_ms)
+        k = rtt_ms / far
+        directions = tuple((x, y, tuple((f, v * k if f == "delay_ms" else v) for f, v in given))
+                           for x, y, given in self.directions)
+        return dataclasses.replace(
+            self, rtt_ms=rtt_ms, site_rtt_ms=tuple((x, y, ms * k) for x, y, ms in self.site_rtt_ms),
+            uniform_rtt_ms=None if self.uniform_rtt_ms is None else self.uniform_rtt_ms * k,
+            same_site_rtt_ms=self.same_site_rtt_ms * k, directions=directions)
 
 
 def with_link_defaults(sl: Slice, **fields) -> Slice:

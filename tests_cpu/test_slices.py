@@ -96,6 +96,29 @@ def test_rtt_is_a_round_trip_split_evenly_unless_a_direction_says_otherwise():
     assert (swept.shape("vm1", "vm2").delay_ms, swept.shape("vm2", "vm1").delay_ms, swept.rtt_ms) == (5.0, 5.0, 10.0)
 
 
+def test_a_scaled_link_keeps_the_slices_geography():
+    """Similarity scaling moves a slice's farthest pair to the RTT it solved for; the other pairs
+    follow in proportion, so VMs at one site stay near each other and an asymmetric path stays so."""
+    sl = slices.parse('name = "geo"\nrtt_ms = {"A-B" = 30.0, "A-C" = 60.0, "B-C" = 40.0}\n'
+                      + "".join(f'[[vm]]\nname = "{n}"\nsite = "{site}"\ngpus = 1\ngpu = "T4"\n'
+                                for n, site in (("a1", "A"), ("a2", "A"), ("b", "B"), ("c", "C")))
+                      + '[[link]]\nfrom = "C"\nto = "A"\ndelay_ms = 40\n', "geo.toml")
+    assert sl.rtt_ms == sl.rtt_between("a1", "c") == 70.0  # 30 there, 40 back
+    scaled = sl.scaled_to(7.0)
+    assert scaled.rtt_ms == 7.0 and scaled.farthest_pair == sl.farthest_pair
+    for a, b in (("a1", "a2"), ("a1", "b"), ("b", "c"), ("a2", "c")):
+        assert scaled.rtt_between(a, b) == pytest.approx(sl.rtt_between(a, b) / 10), (a, b)
+    assert scaled.shape("c", "a1").delay_ms == pytest.approx(4.0) and scaled.shape("a1", "c").delay_ms == pytest.approx(3.0)
+    assert scaled.rtt_between("a1", "a2") == pytest.approx(slices.SAME_SITE_RTT_MS / 10)
+
+
+@pytest.mark.parametrize("name", slices.TABLE_I_ORDER)
+def test_a_scaled_table_i_slice_is_its_latency_sweep_point(name):
+    """One RTT for every pair: scaling it and sweeping it are the same slice."""
+    sl = slices.load(name)
+    assert sl.scaled_to(3.5) == sl.with_rtt(3.5)
+
+
 def test_netem_settings_for_every_link_and_per_direction():
     sl = slices.parse('name = "wan"\nrtt_ms = 20\nbandwidth_gbps = 1\njitter_ms = 2\njitter_distribution = "pareto"\n'
                       'loss_percent = 0.1\nqueue_packets = 500\n' + TWO_SITES
