@@ -305,11 +305,24 @@ def c2_sensitivity(t: Table) -> Verdict:
 
 
 # -- C3 --------------------------------------------------------------------------------------------
+ONE_GPU = "not compared, on one GPU every technique is the single-device program"
+
+
+def _on_one_gpu(runs: dict) -> bool:
+    """Every technique of a placement on a single GPU (a VM of one, alone) is the same
+    single-device program: what differs there (time, bytes) differs by bookkeeping, not by technique."""
+    return any(r is not None and r["cluster"]["hosts"] * r["cluster"]["devices_per_host"] == 1
+               for r in runs.values())
+
+
 def c3_single_vm(t: Table) -> Verdict:
     """On the first VM alone (the paper's single-VM runs), when the model fits (Data or Shard ran),
-    the faster of Data and Shard beats Pipeshard."""
+    the faster of Data and Shard beats Pipeshard. A VM of one GPU is not the claim's case."""
     v = Verdict("C3.single-vm", "With 2 GPUs on one VM, when the model fits, Data or Shard beats Pipeshard.")
     for name, runs in t.single_vm_experiments():
+        if _on_one_gpu(runs):
+            v.notes.append(f"{name}: {ONE_GPU}")
+            continue
         d, sh, p = runs["Data"], runs["Shard"], runs["Pipeshard"]
         what = "best of Data and Shard vs Pipeshard"
         bad = unusable(what, f"{name}: {what}: Data {show(d)}, Shard {show(sh)}, Pipeshard {show(p)}", d, sh, p)
@@ -333,6 +346,9 @@ def c3_data_most(t: Table) -> Verdict:
     clear, possible = dict.fromkeys(Technique, 0), dict.fromkeys(Technique, 0)
     what = "Data wins most single-VM experiments"
     for name, runs in t.single_vm_experiments():
+        if _on_one_gpu(runs):
+            v.notes.append(f"{name}: {ONE_GPU}")
+            continue
         bad = unusable(what, f"{name}: " + ", ".join(f"{k} {show(r)}" for k, r in runs.items()), *runs.values())
         if bad:
             v.comparisons.append(bad)
@@ -553,18 +569,11 @@ def _groups(t: MemoryTable) -> list[tuple[str, dict]]:
     return out
 
 
-def _on_one_gpu(runs: dict) -> bool:
-    """Every technique of a placement on a single GPU (a VM of one, alone) is the same
-    single-device program: bytes that differ there differ by bookkeeping, not by technique."""
-    return any(r is not None and r["cluster"]["hosts"] * r["cluster"]["devices_per_host"] == 1
-               for r in runs.values())
-
-
 def _extreme(t: MemoryTable, technique: str, most: bool, part: str, statement: str) -> Verdict:
     v = Verdict(part, statement)
     for where, runs in _groups(t):
         if _on_one_gpu(runs):
-            v.notes.append(f"{where}: not compared, on one GPU every technique is the single-device program")
+            v.notes.append(f"{where}: {ONE_GPU}")
             continue
         for other in Technique:
             if other == technique:

@@ -7,14 +7,14 @@ CORPUS_SEQUENCES = 80  # an epoch: 10 steps of the 4-GPU batch, 20 of one VM's
 
 
 def trial(technique: str, slice_name: str, step_times, vms=("vm1", "vm2"), rtt: float = 20.0, status: str = "ok",
-          mechanism: str = "userspace") -> dict:
-    """A trial on `vms` (2 GPUs each, 2 sequences per GPU) with these timed step times; status ok,
-    oom (the paper's x) or error (a crash)."""
-    batch = 4 * len(vms)
+          mechanism: str = "userspace", gpus_per_vm: int = 2) -> dict:
+    """A trial on `vms` (2 GPUs each unless told, 2 sequences per GPU) with these timed step times;
+    status ok, oom (the paper's x) or error (a crash)."""
+    batch = 2 * gpus_per_vm * len(vms)
     run = train.TrainRun(len(step_times), losses=[1.0] * len(step_times), step_times_s=list(step_times),
                          excluded_steps=0) if status == "ok" else None
     where = records.Placement(technique, cluster={
-        "slice": slice_name, "vms_used": list(vms), "hosts": len(vms), "devices_per_host": 2,
+        "slice": slice_name, "vms_used": list(vms), "hosts": len(vms), "devices_per_host": gpus_per_vm,
         "network": {"mechanism": mechanism if len(vms) > 1 else None, "rtt_ms": rtt if len(vms) > 1 else None}})
     r = records.build(model_config("scale-tiny"), TrainConfig(batch_size=batch), None, run, where, status,
                       {"ok": None, "oom": "RESOURCE_EXHAUSTED: out of memory", "error": "RuntimeError: worker died"}[status])
