@@ -269,22 +269,12 @@ def probe_head(host: str, port: int) -> str | None:
             return None
         try:
             conn.sendall(HTTP2_PREFACE)
-            header = _read_exactly(conn, 9)
+            header = conn.recv(9, socket.MSG_WAITALL)  # a frame's header; fewer bytes if it closes
         except OSError as e:
             return f"{NOT_A_HEAD} ({type(e).__name__}: {e.strerror or e})"
     if len(header) == 9 and header[3] == HTTP2_SETTINGS:
         return None
     return f"{NOT_A_HEAD} ({'it answered, but not in HTTP/2' if header else 'it closed the connection'})"
-
-
-def _read_exactly(conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def root_cause(exc: BaseException) -> str:

@@ -18,10 +18,9 @@ def pytest_configure(config):
     import pytest
 
     from harness.errors import BadInput
-
-    # Bad options stop the session in one line, before any test is collected.
     from harness.suite.backends import live_slice
 
+    # Bad options stop the session in one line, before any test is collected.
     readers = {"--claims-slices": options.claim_slices, "--memory-models": options.memory_models,
                "--trial-model": options.trial_model, "--trial-repeats": options.budget,
                "--slice-inventory": live_slice}
