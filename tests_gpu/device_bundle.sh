@@ -102,8 +102,15 @@ install() {
     done
     echo "export PYTHONPATH=$(printf %q "$prefix/site:$PWD")\${PYTHONPATH:+:\$PYTHONPATH}"
     echo "export PATH=$(printf %q "$prefix/bin"):\$PATH"
-    # The claims' pytest plugin is an entry point of the installed package; from the checkout it is named here.
-    echo "export PYTEST_PLUGINS=harness.suite.plugin"
+    # The claims' pytest plugin is an entry point of the installed package (an editable install
+    # leaves one in the checkout's *.egg-info too); where none is seen, it is named here. Named
+    # where pytest also finds the entry point, it would be registered twice, and pytest stops.
+    if ! PYTHONPATH="$prefix/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -c '
+import sys
+from importlib.metadata import entry_points
+sys.exit(0 if any(e.value == "harness.suite.plugin" for e in entry_points(group="pytest11")) else 1)'; then
+        echo "export PYTEST_PLUGINS=harness.suite.plugin"
+    fi
 }
 
 case "${1:-}" in

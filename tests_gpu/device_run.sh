@@ -7,9 +7,11 @@
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh")                  # everything
 #   run(carry=[".device-bundle"], command="tests_gpu/device_run.sh tests_gpu/test_speed_gpu.py")
 #
-# Extra arguments go to pytest; DEVICE_RUN_LIMIT_S (default 500) bounds pytest's run. junit.xml
-# holds the figures tests record as properties (the GPU compiler's forecast against this GPU's
-# compile and allocation).
+# Extra arguments go to pytest; DEVICE_RUN_LIMIT_S (default 500) bounds pytest's run;
+# DEVICE_RUN_PROBE=0 leaves the emulation probe out. junit.xml holds the figures tests record as
+# properties (the GPU compiler's forecast against this GPU's compile and allocation). Each call
+# unpacks the bundle into a directory of its own, so that calls can run side by side
+# (tests_gpu/device_session.sh).
 #
 # $OUT receives three files: device-run.tar.gz (everything below), pytest.log and, where the claims
 # ran, claims.md. A call brings back at most 8 files, and the claims' report alone has more.
@@ -20,11 +22,13 @@ set -euo pipefail
 out=${OUT:-reports/device}
 mkdir -p "$out"
 work=$(mktemp -d "${TMPDIR:-/tmp}/device-run.XXXXXX")
+export DEVICE_BUNDLE_PREFIX
+DEVICE_BUNDLE_PREFIX=$(mktemp -d "${TMPDIR:-/tmp}/device-bundle.XXXXXX")
 pack() {
     tar -czf "$out/device-run.tar.gz" -C "$work" .
     cp "$work/pytest.log" "$out/" 2>/dev/null || true
     cp "$work/claims/claims.md" "$out/" 2>/dev/null || true
-    rm -rf "$work"
+    rm -rf "$work" "$DEVICE_BUNDLE_PREFIX"
 }
 trap pack EXIT
 
@@ -34,14 +38,16 @@ exports=$(tests_gpu/device_bundle.sh install)
 eval "$exports"
 { nvidia-smi -L || true; python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || true; } \
     > "$work/machine.txt" 2>&1
-python3 -m harness emulate --ray --json > "$work/emulate.json" 2>> "$work/machine.txt" || true
+if [ "${DEVICE_RUN_PROBE:-1}" != 0 ]; then
+    timeout 90 python3 -m harness emulate --ray --json > "$work/emulate.json" 2>> "$work/machine.txt" || true
+fi
 
-# A call is killed at its limit (600 s at most), and nothing it wrote comes back; pytest
-# interrupted (as by Ctrl-C) first tears down what it started and still writes the benchmark JSON,
-# the JUnit XML and the trials it finished, an unfinished one recorded as interrupted.
+# A call is killed at its limit (600 s at most), and what it has not packed by then stays behind;
+# pytest interrupted (as by Ctrl-C) first tears down what it started and still writes the benchmark
+# JSON, the JUnit XML and the trials it finished, an unfinished one recorded as interrupted.
 limit=${DEVICE_RUN_LIMIT_S:-500}
 status=0
-timeout --signal=INT --kill-after=30 "$limit" \
+timeout --signal=INT --kill-after=20 "$limit" \
     python3 -m pytest -m gpu -p no:cacheprovider -ra --benchmark-json "$work/benchmark.json" \
     --junitxml "$work/junit.xml" --report-dir "$work/claims" "$@" > "$work/pytest.log" 2>&1 || status=$?
 tail -40 "$work/pytest.log"
