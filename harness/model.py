@@ -77,6 +77,13 @@ class MLP(nnx.Module):
         return self.proj(jax.nn.gelu(self.fc(x), approximate=True))  # GPT-2's tanh GELU
 
 
+def layer_norm(cfg: GPTConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    """Its output in the model's arithmetic: left to its float32 parameters, a 16-bit model's
+    residual stream would be widened to float32 after every norm (Flax takes the statistics in
+    float32 either way)."""
+    return nnx.LayerNorm(cfg.n_embd, epsilon=1e-5, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
+
+
 def _dropout(x, rate, key):
     if rate == 0.0 or key is None:
         return x
@@ -87,9 +94,9 @@ def _dropout(x, rate, key):
 class Block(nnx.Module):
     def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.ln_1 = nnx.LayerNorm(cfg.n_embd, epsilon=1e-5, rngs=rngs)
+        self.ln_1 = layer_norm(cfg, rngs)
         self.attn = Attention(cfg, rngs)
-        self.ln_2 = nnx.LayerNorm(cfg.n_embd, epsilon=1e-5, rngs=rngs)
+        self.ln_2 = layer_norm(cfg, rngs)
         self.mlp = MLP(cfg, rngs)
 
     def __call__(self, x, dropout_key=None):
@@ -101,7 +108,9 @@ class Block(nnx.Module):
 class GPT(nnx.Module):
     def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.wte = nnx.Embed(cfg.vocab_size, cfg.n_embd, embedding_init=_normal(INIT_STD), rngs=rngs)
+        # dtype: the tied head's matmul (attend) in the model's arithmetic, not its float32 parameters'.
+        self.wte = nnx.Embed(cfg.vocab_size, cfg.n_embd, embedding_init=_normal(INIT_STD),
+                             dtype=jnp.dtype(cfg.dtype), rngs=rngs)
         self.wpe = nnx.Embed(cfg.n_positions, cfg.n_embd, embedding_init=_normal(INIT_STD), rngs=rngs)
 
         @nnx.split_rngs(splits=cfg.n_layer)
@@ -110,10 +119,10 @@ class GPT(nnx.Module):
             return Block(cfg, rngs)
 
         self.blocks = stacked_blocks(rngs)
-        self.ln_f = nnx.LayerNorm(cfg.n_embd, epsilon=1e-5, rngs=rngs)
+        self.ln_f = layer_norm(cfg, rngs)
         if not cfg.tie_embeddings:
             self.lm_head = nnx.Linear(cfg.n_embd, cfg.vocab_size, use_bias=False,
-                                      kernel_init=_normal(INIT_STD), rngs=rngs)
+                                      kernel_init=_normal(INIT_STD), dtype=jnp.dtype(cfg.dtype), rngs=rngs)
 
     def embed(self, tokens, dropout_key=None):
         positions = jnp.arange(tokens.shape[-1])

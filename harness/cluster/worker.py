@@ -22,6 +22,10 @@ import os
 import sys
 
 HEARTBEAT_S = 30  # JAX's own default is 100 s
+# The suite's GPUs are NVIDIA's (NCCL, nvidia-smi). JAX 0.11 reads JAX_PLATFORMS=gpu as CUDA and
+# ROCm, and where no ROCm plugin is installed the first use of JAX in a process fails; the second
+# finds CUDA already up. On a lent H200 that failed the first trial of every worker process.
+JAX_PLATFORM = {"gpu": "cuda"}
 
 
 def environment(coordinator: str, num_processes: int, process_id: int, local_devices: int, platform: str = "cpu",
@@ -30,7 +34,7 @@ def environment(coordinator: str, num_processes: int, process_id: int, local_dev
     of its place in the layout, harness.cluster.layout)."""
     return {"HARNESS_COORDINATOR": coordinator, "HARNESS_NUM_PROCESSES": str(num_processes),
             "HARNESS_PROCESS_ID": str(process_id), "HARNESS_LOCAL_DEVICES": str(local_devices),
-            "JAX_PLATFORMS": platform, "HARNESS_HEARTBEAT_S": str(heartbeat_s)}
+            "JAX_PLATFORMS": JAX_PLATFORM.get(platform, platform), "HARNESS_HEARTBEAT_S": str(heartbeat_s)}
 
 
 def heartbeat_of(env) -> int:
