@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from harness import model, optim, records
@@ -93,7 +94,10 @@ class Stepper:
 
     A latency sweep keeps one Stepper per technique and calls advance() at every RTT: one
     compilation serves the whole sweep. Every completed step is in `run` at once, so a failure or
-    Ctrl-C loses nothing.
+    Ctrl-C loses nothing. park() moves the state to host memory until the next advance(): at paper
+    scale one technique's state is a large part of a GPU (gpt2m's Data keeps 4 GB between steps),
+    and with every technique's state kept on it, a 16 GB GPU ran out of memory at the second
+    technique, which alone fits.
     """
 
     def __init__(self, run: TrainRun, step_fn, params, opt_state, args):
@@ -102,8 +106,22 @@ class Stepper:
         run.compile_s = time.perf_counter() - start
         self.run, self.params, self.opt_state, self.args = run, params, opt_state, args
         self.next_step = 0
+        self.parked = None
+
+    def park(self) -> None:
+        if self.parked is None:
+            self.parked = jax.tree.map(HostCopy.of, (self.params, self.opt_state))
+            self.params = self.opt_state = self.run.params = None  # the last references to the device buffers
+
+    def unpark(self) -> None:
+        if self.parked is not None:
+            state = jax.tree.map(lambda x: x.restore() if isinstance(x, HostCopy) else x, self.parked,
+                                 is_leaf=lambda x: isinstance(x, HostCopy))
+            self.params, self.opt_state = jax.block_until_ready(state)  # not inside the next step's time
+            self.parked = None
 
     def advance(self, n: int, on_step=None) -> TrainRun:
+        self.unpark()
         for _ in range(n):
             step = self.next_step
             step_args = self.args(step)
@@ -121,6 +139,26 @@ class Stepper:
 
     def bytes_per_device(self) -> int | None:
         return needed_bytes(self.step_fn)
+
+
+@dataclass
+class HostCopy:
+    """An array's shards that this process holds, in host memory, with the sharding to restore them
+    to: in a multi-process run no process can read the whole array."""
+    shape: tuple
+    sharding: object
+    shards: list  # (device, numpy array)
+
+    @classmethod
+    def of(cls, x):
+        if not isinstance(x, jax.Array) or x.is_deleted():  # donated to a step that then failed: lost
+            return x
+        # A copy: on CPU devices np.asarray would be a view that keeps the device buffer alive.
+        return cls(x.shape, x.sharding, [(s.device, np.array(s.data, copy=True)) for s in x.addressable_shards])
+
+    def restore(self) -> jax.Array:
+        return jax.make_array_from_single_device_arrays(
+            self.shape, self.sharding, [jax.device_put(data, device) for device, data in self.shards])
 
 
 def needed_bytes(compiled) -> int | None:

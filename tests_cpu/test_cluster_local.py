@@ -40,3 +40,10 @@ def test_a_lost_process_is_reported_with_the_workers_own_heartbeat():
     assert said.startswith("killed by SIGABRT: a process stopped answering for 10 s (its VM died or the link"), said
     assert said.endswith("another task died."), said
     assert describe_failure(3, "Traceback ...\nValueError: bad batch\n", {}) == "exited with 3: ValueError: bad batch"
+
+
+def test_workers_on_gpus_ask_jax_for_cuda_by_name():
+    """JAX 0.11 reads JAX_PLATFORMS=gpu as CUDA and ROCm, and the first use of JAX in a process
+    without ROCm failed (every Data trial on a lent H200: each was its worker's first)."""
+    assert environment("127.0.0.1:1", 2, 0, 1, platform="gpu")["JAX_PLATFORMS"] == "cuda"
+    assert environment("127.0.0.1:1", 2, 0, 1, platform="cpu")["JAX_PLATFORMS"] == "cpu"

@@ -37,6 +37,23 @@ def test_combined_buckets_match_single_device(name, packed, reference):
                                reference[MODEL.name + "True"], rtol=RTOL)
 
 
+def test_a_stepper_parked_between_steps_trains_on_as_if_it_had_not_been(packed, reference):
+    """A sweep parks every technique but the one that runs (harness.cluster.worker): its state,
+    sharded over the devices, leaves them for host memory and comes back bit for bit."""
+    plan = technique("ZeRO2", micro_batches=MICRO_BATCHES).build(MODEL, ClusterShape(2, 2), TRAIN, TRAIN.steps)
+    stepper = train.plan_stepper(plan, MODEL, TRAIN, packed, train.TrainRun(TRAIN.steps))
+    stepper.advance(2)
+    state = jax.tree.leaves((stepper.params, stepper.opt_state))
+    shardings, live = [x.sharding for x in state], len(jax.live_arrays())
+    del state
+    stepper.park()
+    stepper.park()  # twice is once
+    assert stepper.params is None and len(jax.live_arrays()) <= live - len(shardings)  # off the devices
+    stepper.advance(TRAIN.steps - 2)
+    assert [x.sharding for x in jax.tree.leaves((stepper.params, stepper.opt_state))] == shardings
+    np.testing.assert_allclose(stepper.run.losses, reference[MODEL.name + "True"], rtol=RTOL)
+
+
 @pytest.mark.parametrize("shape", [(2, 2), (4, 1)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_pipeshard_with_untied_embeddings_matches(shape, packed, reference):
     np.testing.assert_allclose(run_in_process("Pipeshard", UNTIED, shape, packed), reference[UNTIED.name + "False"],

@@ -9,7 +9,8 @@ makes the whole run fail instead of hang (default 30 s; JAX's own default is 100
 
 Batch mode reads a list of jobs (JSON) on stdin, runs them in order and prints their results as
 one JSON line. Serve mode keeps compiled steps alive between requests, so that a latency sweep
-compiles each technique once; it reads one request per line and answers each with one line:
+compiles each technique once, with the training state of all but the one that runs in host memory
+(train.Stepper.park); it reads one request per line and answers each with one line:
     {"do": "build", "key": k, "job": {...}, "budget_steps": n}  -> {"compile_s", "description", "bytes_per_device"}
     {"do": "steps", "key": k, "n": n}                           -> {"losses", "step_times_s"} of those n steps
     {"do": "exit"}                                              -> {} and the process ends
@@ -85,6 +86,9 @@ def serve() -> int:
     for line in sys.stdin:
         request = json.loads(line)
         try:
+            for key, stepper in steppers.items():  # the one that runs next gets the devices' memory
+                if request["do"] in ("build", "steps") and key != request["key"]:
+                    stepper.park()
             if request["do"] == "build":
                 stepper, description = start(Job.from_dict(request["job"]), request.get("budget_steps"))
                 steppers[request["key"]] = stepper
