@@ -293,7 +293,7 @@ def test_forcing_netem_says_why_it_cannot_be_used():
     proc = subprocess.run([sys.executable, "-m", "harness", "emulate", "--mechanism", "netem"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "the netem delay mechanism cannot be used: " in proc.stderr.splitlines()[-1]
+    assert f"the netem delay mechanism cannot be used: {netns.netem_missing()}; " in proc.stderr.splitlines()[-1]
 
 
 def test_emulate_command_probes_and_tears_down_and_predict_rests_on_what_it_measured(tmp_path):
@@ -303,6 +303,8 @@ def test_emulate_command_probes_and_tears_down_and_predict_rests_on_what_it_meas
     report = json.loads(proc.stdout)
     pair = report["pairs"][0]
     assert report["mechanism"] == ("netem" if netns.has_netem() else "userspace") and pair["target_rtt_ms"] == 57.4
+    if not netns.has_netem():  # auto says why it fell back
+        assert f"the userspace delay link, as netem cannot be used here: {netns.netem_missing()}" in proc.stderr
     assert abs(pair["rtt_error_ms"]) <= 0.05 * 57.4 + 0.3
     assert not any(name in netns.ours() for name in (v["netns"] for v in report["vms"].values()))
     # The cost model calibrated from that probe: its RTT, and one flow's rate x RTT as the window.

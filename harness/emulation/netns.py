@@ -50,19 +50,26 @@ def has_tun() -> bool:
 
 
 @functools.cache  # kernel features do not change while a process runs
-def has_netem() -> bool:
-    """Whether the kernel has sch_netem (many, including this suite's CI machines, do not)."""
+def netem_missing() -> str | None:
+    """Why the kernel's netem cannot delay this machine's links, or None where it can (many
+    kernels, this suite's CI machines' among them, lack sch_netem)."""
     if shutil.which("tc") is None:
-        return False
+        return "iproute2's tc is not installed"
     probe = f"{PREFIX}netem-{os.getpid()}"
-    if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode:
-        return False
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode:
+        return f"cannot create a network namespace: {made.stderr.strip()}"
     try:
         result = subprocess.run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem",
                                  "delay", "1ms"], capture_output=True, text=True)
-        return result.returncode == 0
+        said = result.stderr.strip().rstrip(".") or f"exit status {result.returncode}"
+        return None if result.returncode == 0 else f"tc could not add a netem qdisc ({said})"
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+def has_netem() -> bool:
+    return netem_missing() is None
 
 
 def ip(*args: str, netns: str | None = None) -> str:
