@@ -6,8 +6,10 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tarfile
 import zipfile
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -61,9 +63,12 @@ def _plain_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
 
 
-def _install(bundle: Path, cwd: Path) -> subprocess.CompletedProcess:
+def _install(bundle: Path, cwd: Path, python_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """python_dir: where the python3 it runs is, if not this environment's."""
     env = _plain_env()
     env["DEVICE_BUNDLE_PREFIX"] = str(cwd / "installed here")  # a space, which the exports must survive
+    if python_dir:
+        env["PATH"] = f"{python_dir}:{env['PATH']}"
     return subprocess.run([str(SCRIPT), "install", str(bundle)], capture_output=True, text=True, cwd=cwd, env=env)
 
 
@@ -102,7 +107,22 @@ def test_install_puts_the_bundle_first_and_keeps_its_libraries_from_what_ip_star
     assert lines[1] == "the bundle"
     started_with = dict(line.split("=", 1) for line in lines[2:] if "=" in line)
     assert "LD_LIBRARY_PATH" not in started_with
-    assert started_with["PYTEST_PLUGINS"] == "harness.suite.plugin"
+
+
+@needs_dpkg
+def test_install_names_the_claims_plugin_only_where_pytest_would_not_find_it(tmp_path):
+    """Named where pytest also finds its entry point (the suite installed, even editable), the
+    plugin would be registered twice and pytest would stop before collecting anything."""
+    bundle = _small_bundle(tmp_path)
+    installed = any(e.value == "harness.suite.plugin" for e in entry_points(group="pytest11"))
+    proc = _install(bundle, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("export PYTEST_PLUGINS=harness.suite.plugin" in proc.stdout) == (not installed)
+    # A Python without the suite installed, as a lent GPU machine's: the checkout is all it has.
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "bare")], check=True)
+    proc = _install(bundle, tmp_path, python_dir=tmp_path / "bare" / "bin")
+    assert proc.returncode == 0, proc.stderr
+    assert "export PYTEST_PLUGINS=harness.suite.plugin" in proc.stdout.splitlines()
 
 
 @needs_dpkg
