@@ -1,4 +1,5 @@
 """What the suite may have started, for the tests that check it is all stopped again."""
+import contextlib
 import signal
 import subprocess
 import time
@@ -24,6 +25,34 @@ def back_to(before: dict, timeout: float = 60) -> dict:
     while (now := leftovers()) != before and time.monotonic() < deadline:
         time.sleep(0.5)
     return now
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    """Poll condition() until it holds; fail naming `what` after `timeout` seconds. Processes a
+    slice starts show up in `ps` a moment after the slice says it is up, later still on a busy
+    machine: a count is waited for, not read once."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not seen within {timeout:.0f} s ({leftovers()})"
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def stopped_at_exit(proc: subprocess.Popen, grace_s: float = 180):
+    """The child `proc` (a slice, a reproduce run) is stopped when the block ends, also when an
+    assertion in it failed: Ctrl-C first, as a user would, so that it tears its slice down; then,
+    if it has not ended within grace_s, SIGKILL and the start-up sweep for what it left."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                netns.sweep()
 
 
 def interruptible() -> None:

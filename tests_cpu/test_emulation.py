@@ -1,4 +1,5 @@
 """Emulated slices: real packets through a delayed link between namespaces, a real Ray cluster, no leaks."""
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,7 +25,7 @@ from harness.emulation.network import (
     tcp_window_bytes,
 )
 from harness.jobs import Job
-from tests_cpu.leaks import back_to, interruptible, leftovers
+from tests_cpu.leaks import back_to, interruptible, leftovers, stopped_at_exit, wait_until
 from tests_cpu.techniques_setup import MODEL, TRAIN
 
 pytestmark = pytest.mark.usefixtures("emulation")
@@ -219,19 +220,23 @@ with EmulatedNetwork(slices.load("UTAH-GPN")) as net, RayCluster(net):
 """
 
 
-def start_slice_process():
+@contextlib.contextmanager
+def slice_process(before: dict):
+    """A slice brought up by another process, once its two namespaces and two raylets are seen;
+    stopped when the block ends, whatever happened in it."""
     proc = subprocess.Popen([sys.executable, "-c", BRING_UP], stdout=subprocess.PIPE, text=True, preexec_fn=interruptible)
-    assert proc.stdout.readline().strip() == "up"
-    return proc
+    with stopped_at_exit(proc):
+        assert proc.stdout.readline().strip() == "up"
+        wait_until(lambda: (len(leftovers()["namespaces"] - before["namespaces"]) == 2
+                            and leftovers()["raylets"] == before["raylets"] + 2), 60, "the slice's namespaces and raylets")
+        yield proc
 
 
 def test_ctrl_c_in_the_middle_leaves_nothing_behind(net, ray_cluster):
     before = leftovers()
-    proc = start_slice_process()
-    during = leftovers()
-    assert len(during["namespaces"] - before["namespaces"]) == 2 and during["raylets"] == before["raylets"] + 2
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
+    with slice_process(before) as proc:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
     assert back_to(before) == before
 
 
@@ -269,12 +274,11 @@ def test_stopping_a_slices_processes_kills_what_ignores_sigterm_after_one_grace_
 
 def test_start_up_sweep_removes_what_a_crash_left(net):
     before = leftovers()
-    proc = start_slice_process()
-    crashed = leftovers()["namespaces"] - before["namespaces"]
-    assert len(crashed) == 2
-    proc.send_signal(signal.SIGKILL)  # no teardown at all
-    proc.wait()
-    assert crashed <= set(netns.sweep())
+    with slice_process(before) as proc:
+        crashed = leftovers()["namespaces"] - before["namespaces"]
+        proc.send_signal(signal.SIGKILL)  # no teardown at all
+        proc.wait()
+        assert crashed <= set(netns.sweep())
     # The relay stops by itself when its owner's pipe closes; Ray dies with the namespaces.
     assert back_to(before) == before
 

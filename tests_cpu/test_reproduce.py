@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness import records
 from harness.suite.privileges import require_emulation
-from tests_cpu.leaks import back_to, interruptible, leftovers
+from tests_cpu.leaks import back_to, interruptible, leftovers, stopped_at_exit
 
 
 def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_path):
@@ -17,12 +17,13 @@ def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_pa
     proc = subprocess.Popen([sys.executable, "-m", "harness", "reproduce", "--quick", "--model", "scale-tiny",
                              "--out", str(tmp_path), "--json"], stdout=subprocess.PIPE,
                             stderr=open(tmp_path / "stderr.log", "w"), text=True, preexec_fn=interruptible)
-    deadline = time.monotonic() + 300
-    while leftovers()["workers"] <= before["workers"]:  # the first trial's workers are up: mid-run
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-2000:]
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=300)
+    with stopped_at_exit(proc):
+        deadline = time.monotonic() + 300
+        while leftovers()["workers"] <= before["workers"]:  # the first trial's workers are up: mid-run
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-2000:]
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, (tmp_path / "stderr.log").read_text()[-2000:]
     doc = json.loads(out)  # still exactly one JSON document
     # The first trials are the calibration trials of similarity scaling (calibration.jsonl), then
