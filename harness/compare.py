@@ -3,18 +3,21 @@
 A trial (technique, slice, VMs, model) regresses when its median step time grows by more than
 the threshold (default +50%: this suite runs on small, noisy, shared machines), when it failed
 and did not before, and when it was in the baseline and is not in the run.
-A claim part regresses when it is gone from the run, or when the verdict of its comparisons that
-the backend has not declared as limits becomes contradicted or not shown. A change that comes
-only from declared comparisons is reported (they may flip between runs), as is a verdict that
-only weakens from holds to within noise: by definition nothing went against the paper beyond the
-noise, and such parts flip between runs of the same code.
+A claim part regresses when it is gone from the run, or when its outcome (the verdict with the
+backend's declared limits, claims.Verdict.outcome) becomes contradicted or not shown; a
+comparison (by its ID) regresses when it is gone or becomes contradicted beyond what a limit
+excuses. Reported but not counted: a part or comparison that slips from holds to within noise
+(nothing went against the paper beyond the noise, and such results flip between runs of the same
+code), and one that becomes contradicted within a declared limit.
 """
 import json
 from pathlib import Path
 
-from harness import claims, records
+from harness import claims, records, report
 
 THRESHOLD = 0.5
+# How bad an outcome is, for telling worse from better.
+RANK = {claims.HOLDS: 0, claims.NOISE: 1, claims.EXCUSED: 2, claims.NOT_SHOWN: 3, claims.CONTRADICTED: 4}
 
 
 def key(r: dict) -> str:
@@ -22,28 +25,47 @@ def key(r: dict) -> str:
     return f"{r['technique']} {c['slice']} {'+'.join(c['vms_used'] or [])} {r['model']['name']}"
 
 
-def load(run: Path) -> tuple[dict, dict]:
+def _comparison_outcome(c: dict) -> str:
+    if c["status"] == claims.CONTRADICTED and (c.get("excuse") or {}).get("excused"):
+        return claims.EXCUSED
+    return c["status"]
+
+
+def load(run: Path) -> tuple[dict, dict, dict]:
+    """(trials by key, part -> outcome, comparison ID -> outcome) of a run folder."""
     # Trials only: the compile-only memory records have no step times to compare.
     timed = {key(r): r for r in records.read(run / "results.jsonl")
              if "compile only" not in (r["memory"]["source"] or "")}
     verdicts_file = run / "claims.json"
-    # part -> (verdict, verdict of the comparisons not declared as limits of the backend)
-    verdicts = ({v["part"]: (v["status"], v.get("undeclared_status", v["status"]))
-                 for v in json.loads(verdicts_file.read_text())["verdicts"]} if verdicts_file.is_file() else {})
-    return timed, verdicts
+    verdicts = json.loads(verdicts_file.read_text())["verdicts"] if verdicts_file.is_file() else []
+    parts = {v["part"]: report.outcome(v) for v in verdicts}
+    comparisons = {c["id"]: _comparison_outcome(c) for v in verdicts for c in v.get("comparisons", []) if "id" in c}
+    return timed, parts, comparisons
 
 
-def worse(a: str, b: str) -> bool:
-    return claims.ORDER.index(b) > claims.ORDER.index(a)
+def _changes(base: dict, current: dict) -> tuple[dict, dict, dict, list]:
+    """(worse, slipped to within noise, newly excused, gone) between two maps of outcomes."""
+    worse, slipped, excused = {}, {}, {}
+    for k in sorted(set(base) & set(current)):
+        b, c = base[k], current[k]
+        if RANK[c] <= RANK[b]:
+            continue
+        if c in (claims.CONTRADICTED, claims.NOT_SHOWN):
+            worse[k] = [b, c]
+        elif c == claims.NOISE:
+            slipped[k] = [b, c]
+        else:
+            excused[k] = [b, c]
+    return worse, slipped, excused, sorted(set(base) - set(current))
 
 
 def compare(baseline: Path, current: Path, threshold: float = THRESHOLD) -> dict:
-    base_trials, base_verdicts = load(baseline)
-    cur_trials, cur_verdicts = load(current)
+    base_trials, base_parts, base_ids = load(baseline)
+    cur_trials, cur_parts, cur_ids = load(current)
     slower, failed, rows = [], [], []
     for k in sorted(set(base_trials) & set(cur_trials)):
         b, c = base_trials[k], cur_trials[k]
-        if c["status"] != "ok" and b["status"] == "ok":
+        if claims.state(c) != "ok" and claims.state(b) == "ok":
             failed.append(k)
             continue
         tb, tc = b["timing"]["median_step_s"], c["timing"]["median_step_s"]
@@ -53,19 +75,14 @@ def compare(baseline: Path, current: Path, threshold: float = THRESHOLD) -> dict
             if change > threshold:
                 slower.append(k)
     vanished = sorted(set(base_trials) - set(cur_trials))
-    parts_gone = sorted(set(base_verdicts) - set(cur_verdicts))
-    both = sorted(set(base_verdicts) & set(cur_verdicts))
-    worse_, weaker, declared = {}, {}, {}
-    for p in both:
-        (b_all, b_own), (c_all, c_own) = base_verdicts[p], cur_verdicts[p]
-        if worse(b_own, c_own):
-            (weaker if c_own == claims.NOISE else worse_)[p] = [b_own, c_own]
-        elif worse(b_all, c_all):
-            declared[p] = [b_all, c_all]
+    worse, weaker, declared, parts_gone = _changes(base_parts, cur_parts)
+    worse_ids, weaker_ids, declared_ids, ids_gone = _changes(base_ids, cur_ids)
     return {"baseline": str(baseline), "threshold": threshold, "trials_compared": len(rows),
             "slower": slower, "newly_failed": failed, "vanished_trials": vanished, "vanished_parts": parts_gone,
-            "worse_verdicts": worse_, "weaker_verdicts": weaker, "worse_declared_limits": declared,
-            "rows": rows, "regressed": bool(slower or failed or vanished or parts_gone or worse_)}
+            "worse_verdicts": worse, "weaker_verdicts": weaker, "worse_declared_limits": declared,
+            "vanished_comparisons": ids_gone, "worse_comparisons": worse_ids, "weaker_comparisons": weaker_ids,
+            "excused_comparisons": declared_ids, "rows": rows,
+            "regressed": bool(slower or failed or vanished or parts_gone or worse or ids_gone or worse_ids)}
 
 
 def summary(result: dict) -> str:
@@ -76,9 +93,15 @@ def summary(result: dict) -> str:
     lines += [f"  newly failed: {k}" for k in result["newly_failed"]]
     lines += [f"  in the baseline, not in the run: {k}" for k in result["vanished_trials"]]
     lines += [f"  claim part in the baseline, not in the run: {p}" for p in result["vanished_parts"]]
+    lines += [f"  comparison in the baseline, not in the run: {c}" for c in result["vanished_comparisons"]]
     lines += [f"  verdict {p}: {a} -> {b}" for p, (a, b) in result["worse_verdicts"].items()]
-    lines += [f"  verdict {p}: {a} -> {b} (nothing beyond the noise: not a regression)"
+    lines += [f"  comparison {c}: {a} -> {b}" for c, (a, b) in result["worse_comparisons"].items()]
+    lines += [f"  verdict {p}: {a} -> {b} (slipped: nothing beyond the noise, not a regression)"
               for p, (a, b) in result["weaker_verdicts"].items()]
-    lines += [f"  verdict {p}: {a} -> {b} (a declared limit of this backend: not a regression)"
+    lines += [f"  comparison {c}: {a} -> {b} (slipped: nothing beyond the noise, not a regression)"
+              for c, (a, b) in result["weaker_comparisons"].items()]
+    lines += [f"  verdict {p}: {a} -> {b} (within a declared limit of this backend: not a regression)"
               for p, (a, b) in result["worse_declared_limits"].items()]
+    lines += [f"  comparison {c}: {a} -> {b} (within a declared limit of this backend: not a regression)"
+              for c, (a, b) in result["excused_comparisons"].items()]
     return "\n".join(lines)

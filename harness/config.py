@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from harness import inputs
+from harness.noise import MIN_TIMED_STEPS
 from harness.errors import BadInput
 
 
@@ -157,7 +158,7 @@ class Budget:
     batch_per_gpu: int = 2
     micro_batches: int = 2
     warmup_steps: int = 1
-    repeats: int = 3
+    repeats: int = 5  # timed steps: at least noise.MIN_TIMED_STEPS, for a robust spread
     # Data and ZeRO2 send their gradients in 30 MiB buckets, one collective each, as XLA's GPU
     # combiners and NCCL do (techniques/buckets.py); False: one collective per tensor, as XLA's CPU
     # runtime runs even a combined one.
@@ -171,8 +172,9 @@ class Budget:
         for name in ("batch_per_gpu", "micro_batches", "repeats"):
             if getattr(self, name) < 1:
                 raise BadInput(f"trial budget: {name} must be positive, got {getattr(self, name)}")
-        if self.repeats < 3:
-            raise BadInput(f"trial budget: repeats must be at least 3 for timed comparisons, got {self.repeats}")
+        if self.repeats < MIN_TIMED_STEPS:
+            raise BadInput(f"trial budget: repeats must be at least {MIN_TIMED_STEPS} for timed comparisons (a robust "
+                           f"spread of the step times), got {self.repeats}")
 
     @property
     def model_cfg(self) -> "GPTConfig":

@@ -6,6 +6,7 @@ consumer (claims, reports, regression comparison). Records are stored one per li
 """
 import datetime
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,14 +42,48 @@ def new_record(**fields) -> dict:
     return validate(record)
 
 
+# What a device allocator says when a step does not fit: XLA's BFC allocator ("Out of memory while
+# trying to allocate 7.53GiB with allocator GPU_0_bfc"), its older wording, and CUDA's own. Not
+# every RESOURCE_EXHAUSTED is memory: gRPC says it of a message larger than its maximum.
+ALLOCATOR_OOM = re.compile(r"RESOURCE_EXHAUSTED:\s*(?:Out of memory|Failed to allocate)"
+                           r"|ran out of memory trying to allocate|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation",
+                           re.IGNORECASE)
+
+
 def failure(exc: BaseException) -> tuple[str, str]:
-    """(status, reason) of a trial that raised: out of memory is a result (the paper's x), not a crash."""
+    """(status, reason) of a trial that raised: the device allocator's out of memory is a result
+    (the paper's x), anything else a crash."""
     text = f"{type(exc).__name__}: {exc}".splitlines()[0]
     if isinstance(exc, KeyboardInterrupt):
         return "error", "interrupted by the user"
-    if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
+    if ALLOCATOR_OOM.search(text):
         return "oom", text
     return "error", text
+
+
+def not_the_papers_x(record: dict, usable_bytes: int | None) -> str | None:
+    """Why a trial's out of memory is not the paper's x, or None when it is. It must be the device
+    allocator's; and where emulated GPUs share a real one (cluster.gpu_sharing), each ran in a
+    share of it, so running out there is the paper's x only if the step needs more than the
+    modelled GPU's usable bytes (usable_bytes; None: the modelled GPU is unknown). A compile-only
+    analysis (no timing) says out of memory by that comparison itself."""
+    if record["status"] != "oom":
+        return "not out of memory"
+    if "compile only" in (record["memory"]["source"] or ""):
+        return None
+    if not ALLOCATOR_OOM.search(record["reason"] or ""):
+        return f"not the device allocator's out of memory ({record['reason']})"
+    if not record["cluster"].get("gpu_sharing"):
+        return None
+    need = record["memory"]["bytes_per_device"]
+    if usable_bytes is None:
+        return "ran out of its share of a shared GPU, and the GPU it stands for is unknown"
+    if need is None:
+        return "ran out of its share of a shared GPU before its need was known"
+    if need <= usable_bytes:
+        return (f"ran out of its share of a shared GPU, needing {need / 2**30:.1f} GiB where the GPU it stands for "
+                f"has {usable_bytes / 2**30:.1f} GiB usable: a harness error")
+    return None
 
 
 def dumps(record: dict) -> str:

@@ -131,6 +131,17 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
                   {t: groups(t, sl, cfg, setup, net, devices) for t in techniques})
 
 
+def from_dict(d: dict) -> Scaled:
+    """A slice's entry of the links document (Scaled.to_dict) as a Scaled."""
+    return Scaled(d["slice"], d["paper_rtt_ms"], d["rtt_ms"], d["link_bytes_per_s"], d["target"], d["model"],
+                  d["literal"])
+
+
+def misses(doc: dict, tolerance: float = TOLERANCE) -> list[dict]:
+    """Every group of the links document beyond the tolerance (Scaled.misses), slice by slice."""
+    return [m for s in doc["slices"] for m in from_dict(s).misses(tolerance)]
+
+
 def markdown(doc: dict) -> str:
     """The groups side by side: the paper's (gpt2m on the slice), the scale model's on the paper's
     own link, and on the link this run chose or would choose (similarity.json's document)."""
@@ -156,5 +167,14 @@ def markdown(doc: dict) -> str:
             for g in (*MATCHED, "bubble"):
                 got, lit = s["model"][t][g], s["literal"][t][g]
                 lines.append(f"| {t} | {g} | {want[g]:.3g} | {lit:.3g} | {got:.3g} | {factor(got, want[g]):.2f} |")
+        lines.append("")
+    if doc["misses"]:
+        lines += ["## Groups beyond the tolerance", ""]
+        for m in doc["misses"]:
+            excuse = m.get("excuse")
+            why = ("no declared limit covers it" if excuse is None else
+                   f"{'excused' if excuse['excused'] else 'NOT excused'}: {excuse['reason']}")
+            lines.append(f"- {m['slice']} {m['technique']} {m['group']}: {m['this_run']:.3g} against the paper's "
+                         f"{m['paper']:.3g}, {m['ratio']:.3g}x off; {why}")
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -240,6 +240,12 @@ def load(name_or_path: str) -> Slice:
     return parse(path.read_text(), str(path))
 
 
+def reference(sl: Slice) -> str:
+    """How a report names the slice so that load() finds it again: a Table I slice by its name
+    (the packaged file's path differs between installs), any other by its file."""
+    return sl.name if Path(sl.source).resolve() == (TABLE_I / f"{sl.name}.toml").resolve() else sl.source
+
+
 def across_vms(sl: Slice, purpose: str) -> Slice:
     """sl, if it has the two VMs or more that `purpose` compares runs across."""
     if len(sl.vms) < 2:

@@ -304,10 +304,18 @@ class Runner:
             cluster["processes_per_host"] = len(self.processes[vms[0]])
             cluster["gpu_sharing"] = layout.sharing(self.processes, vms)
         where = records.Placement(trial.technique, self.budget.micro_batches, result.info.get("description"), cluster)
-        return records.build(self.model_cfg, cfg, packed, run if result.step_times_s else None, where,
-                             result.status, result.reason, full_fp32=self.budget.precision == "float32-full",
-                             memory={"bytes_per_device": result.info.get("bytes_per_device"),
-                                     "source": "xla-memory-analysis of the compiled step" if result.info else None})
+        record = records.build(self.model_cfg, cfg, packed, run if result.step_times_s else None, where,
+                               result.status, result.reason, full_fp32=self.budget.precision == "float32-full",
+                               memory={"bytes_per_device": result.info.get("bytes_per_device"),
+                                       "source": "xla-memory-analysis of the compiled step" if result.info else None})
+        if record["status"] == "oom":
+            # Only the allocator's out of memory on the GPU the VM stands for is the paper's x.
+            paper = self.paper_slices[trial.slice]
+            usable = min(vm.accelerator.usable_bytes for vm in paper.vms if vm.name in vms)
+            why = records.not_the_papers_x(record, usable)
+            if why:
+                record = records.validate({**record, "status": "error", "reason": f"{why}: {record['reason']}"})
+        return record
 
 
 @contextlib.contextmanager

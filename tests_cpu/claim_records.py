@@ -6,21 +6,35 @@ from harness.config import TrainConfig, model_config
 CORPUS_SEQUENCES = 80  # an epoch: 10 steps of the 4-GPU batch, 20 of one VM's
 
 
+ALLOCATOR_OOM = "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7.53GiB with allocator GPU_0_bfc"
+
+
 def trial(technique: str, slice_name: str, step_times, vms=("vm1", "vm2"), rtt: float = 20.0, status: str = "ok",
-          mechanism: str = "userspace", gpus_per_vm: int = 2) -> dict:
+          mechanism: str = "userspace", gpus_per_vm: int = 2, reason: str | None = None, link_bytes: int | None = None,
+          shared: bool = False, need_gib: float | None = None) -> dict:
     """A trial on `vms` (2 GPUs each unless told, 2 sequences per GPU) with these timed step times;
-    status ok, oom (the paper's x) or error (a crash)."""
+    status ok, oom (the paper's x: the allocator's, unless `reason` says otherwise) or error (a
+    crash). link_bytes: what the emulated link carried over its timed steps; shared: its VMs' GPUs
+    emulated on shares of one (need_gib: its step's need)."""
     batch = 2 * gpus_per_vm * len(vms)
     run = train.TrainRun(len(step_times), losses=[1.0] * len(step_times), step_times_s=list(step_times),
                          excluded_steps=0) if status == "ok" else None
-    where = records.Placement(technique, cluster={
-        "slice": slice_name, "vms_used": list(vms), "hosts": len(vms), "devices_per_host": gpus_per_vm,
-        "network": {"mechanism": mechanism if len(vms) > 1 else None, "rtt_ms": rtt if len(vms) > 1 else None}})
+    crosses = len(vms) > 1
+    network = {"mechanism": mechanism if crosses else None, "rtt_ms": rtt if crosses else None}
+    if link_bytes is not None:
+        network["packets"] = {"packets": 1000, "delivered": 1000, "delivered_bytes": link_bytes}
+    cluster = {"slice": slice_name, "vms_used": list(vms), "hosts": len(vms), "devices_per_host": gpus_per_vm,
+               "network": network}
+    if shared:
+        cluster["gpu_sharing"] = {"physical_gpus": 1}
+    where = records.Placement(technique, cluster=cluster)
     r = records.build(model_config("scale-tiny"), TrainConfig(batch_size=batch), None, run, where, status,
-                      {"ok": None, "oom": "RESOURCE_EXHAUSTED: out of memory", "error": "RuntimeError: worker died"}[status])
+                      reason or {"ok": None, "oom": ALLOCATOR_OOM, "error": "RuntimeError: worker died"}[status],
+                      memory={"bytes_per_device": None if need_gib is None else int(need_gib * 2**30),
+                              "source": "xla-memory-analysis of the compiled step"})
     r["data"]["steps_per_epoch"] = CORPUS_SEQUENCES // batch
     if status == "ok":
-        r["timing"]["epoch_time_s"] = r["timing"]["median_step_s"] * CORPUS_SEQUENCES // batch
+        r["timing"]["epoch_time_s"] = r["timing"]["median_step_s"] * r["data"]["steps_per_epoch"]
     return records.validate(r)
 
 

@@ -5,14 +5,20 @@ from harness import compare, records
 from tests_cpu.claim_records import trial
 
 GPN = "UTAH-GPN"
+ID = f"C1.two-site/{GPN}/Pipeshard<Data"
 
 
-def run_folder(tmp_path, name, step_s, verdict="holds", own=None, trials_=("Data", "Pipeshard")):
+def run_folder(tmp_path, name, step_s, outcome="holds", status=None, excused=False, trials_=("Data", "Pipeshard"),
+               ids=(ID,)):
+    """A run folder whose one part has this outcome, and whose comparisons (by ID) this status."""
     folder = tmp_path / name
     folder.mkdir()
-    for r in [trial(t, GPN, [step_s if t == "Data" else 1.0] * 3) for t in trials_]:
+    for r in [trial(t, GPN, [step_s if t == "Data" else 1.0] * 5) for t in trials_]:
         records.append(folder / "results.jsonl", r)
-    entry = {"part": "C1.two-site", "status": verdict, "undeclared_status": own or verdict}
+    status = status or ("contradicted" if excused else outcome)
+    comparisons = [{"id": i, "status": status, "excuse": {"excused": True} if excused else None} for i in ids]
+    entry = {"part": "C1.two-site", "status": comparisons[0]["status"] if comparisons else "not shown",
+             "outcome": outcome, "comparisons": comparisons}
     (folder / "claims.json").write_text(json.dumps({"verdicts": [entry]}))
     return folder
 
@@ -22,20 +28,40 @@ def test_compare_flags_a_slowdown_beyond_the_threshold_and_a_worse_verdict(tmp_p
     assert not compare.compare(base, run_folder(tmp_path, "same", 1.3))["regressed"]
     slow = compare.compare(base, run_folder(tmp_path, "slow", 1.6))
     assert slow["regressed"] and slow["slower"] == [f"Data {GPN} vm1+vm2 scale-tiny"]
-    worse = compare.compare(base, run_folder(tmp_path, "worse", 1.0, verdict="contradicted"))
+    worse = compare.compare(base, run_folder(tmp_path, "worse", 1.0, outcome="contradicted"))
     assert worse["worse_verdicts"] == {"C1.two-site": ["holds", "contradicted"]} and worse["regressed"]
-    # Worse only through comparisons declared as limits of the backend: reported, not a regression.
-    flip = compare.compare(base, run_folder(tmp_path, "flip", 1.0, verdict="contradicted", own="holds"))
-    assert flip["worse_declared_limits"] == {"C1.two-site": ["holds", "contradicted"]} and not flip["regressed"]
-    # Weaker but nothing beyond the noise: reported, not a regression.
-    weaker = compare.compare(base, run_folder(tmp_path, "weaker", 1.0, verdict="within noise"))
+    assert worse["worse_comparisons"] == {ID: ["holds", "contradicted"]}
+    # Contradicted within a declared limit: reported, not a regression.
+    excused = "contradicted within a declared limit"
+    flip = compare.compare(base, run_folder(tmp_path, "flip", 1.0, outcome=excused, excused=True))
+    assert flip["worse_declared_limits"] == {"C1.two-site": ["holds", excused]} and not flip["regressed"]
+    assert flip["excused_comparisons"] == {ID: ["holds", excused]}
+
+
+def test_compare_reports_a_part_and_a_comparison_slipping_from_holds_to_within_noise(tmp_path):
+    """Nothing went against the paper beyond the noise: reported as a slip, not a regression."""
+    base = run_folder(tmp_path, "base", 1.0)
+    weaker = compare.compare(base, run_folder(tmp_path, "weaker", 1.0, outcome="within noise"))
     assert weaker["weaker_verdicts"] == {"C1.two-site": ["holds", "within noise"]} and not weaker["regressed"]
+    assert weaker["weaker_comparisons"] == {ID: ["holds", "within noise"]}
+    assert f"comparison {ID}: holds -> within noise (slipped" in compare.summary(weaker)
 
 
-def test_compare_a_vanished_trial_or_part_is_a_regression(tmp_path):
+def test_compare_a_vanished_trial_part_or_comparison_is_a_regression(tmp_path):
     base = run_folder(tmp_path, "base", 1.0)
     gone = compare.compare(base, run_folder(tmp_path, "gone", 1.0, trials_=("Pipeshard",)))
     assert gone["regressed"] and gone["vanished_trials"] == [f"Data {GPN} vm1+vm2 scale-tiny"]
     no_part = run_folder(tmp_path, "no-part", 1.0)
     (no_part / "claims.json").write_text(json.dumps({"verdicts": []}))
     assert compare.compare(base, no_part)["vanished_parts"] == ["C1.two-site"]
+    no_comparison = compare.compare(base, run_folder(tmp_path, "no-comparison", 1.0, ids=()))
+    assert no_comparison["vanished_comparisons"] == [ID] and no_comparison["regressed"]
+
+
+def test_a_claims_json_of_before_the_outcomes_is_read_with_its_declared_limits(tmp_path):
+    """A run written before outcomes existed had the verdict with and without its declared
+    comparisons: contradicted only through them reads as contradicted within a declared limit."""
+    old = run_folder(tmp_path, "old", 1.0)
+    (old / "claims.json").write_text(json.dumps({"verdicts": [
+        {"part": "C1.two-site", "status": "contradicted", "undeclared_status": "holds"}]}))
+    assert compare.load(old)[1] == {"C1.two-site": "contradicted within a declared limit"}

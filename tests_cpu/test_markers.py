@@ -57,7 +57,7 @@ def test_this_cpu_run_compiles_for_the_cpu(pytestconfig):
 @pytest.mark.parametrize("args, said", [
     (["--claims-slices", "UTAH-GPN,nowhere.toml"], "--claims-slices: slice 'nowhere.toml' is neither"),
     (["--trial-model", "gpt9"], "--trial-model: unknown model 'gpt9'"),
-    (["--trial-repeats", "1"], "--trial-repeats: trial budget: repeats must be at least 3"),
+    (["--trial-repeats", "4"], "--trial-repeats: trial budget: repeats must be at least 5"),
     (["--memory-models", "gpt2m,gpt9"], "--memory-models: unknown model 'gpt9'"),
 ])
 def test_bad_claims_options_stop_the_session_in_one_line(args, said):

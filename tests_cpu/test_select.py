@@ -12,7 +12,7 @@ import pytest
 from harness.cli import main
 
 
-@pytest.mark.parametrize("args, field", [(["--delta", "0"], "--delta"), (["--steps", "2"], "--steps"),
+@pytest.mark.parametrize("args, field", [(["--delta", "0"], "--delta"), (["--steps", "4"], "--steps"),
                                          (["--slice", "nowhere"], "slice 'nowhere'"), (["--eps", "-1"], "--eps"),
                                          (["--margin", "-1"], "--margin")])
 def test_select_names_bad_input_before_starting_anything(args, field, capsys):
@@ -31,6 +31,6 @@ def test_eps_is_counted_in_steps_of_the_all_vm_batch():
 
     per_epoch = data.prepare(4096, 128, 8, data.load_corpus()).steps_per_epoch(8)
     sl = slices.load("UTAH-GPN")
-    assert steps_for(Namespace(eps=0.05, steps=3, model="scale-small"), sl) == math.ceil(0.05 * per_epoch)
-    assert steps_for(Namespace(eps=1e-6, steps=3, model="scale-small"), sl) == 3  # never below 3 timed steps
+    assert steps_for(Namespace(eps=0.05, steps=5, model="scale-small"), sl) == max(5, math.ceil(0.05 * per_epoch))
+    assert steps_for(Namespace(eps=1e-6, steps=5, model="scale-small"), sl) == 5  # never below 5 timed steps
     assert steps_for(Namespace(eps=None, steps=7, model="scale-small"), sl) == 7

@@ -15,6 +15,7 @@ from pathlib import Path
 from harness import inputs, measured_selection, selection, slices, trials
 from harness.config import Budget, model_config
 from harness.errors import BadInput
+from harness.noise import MIN_TIMED_STEPS
 
 HELP = "pick the technique and VMs for a slice by the paper's Algorithm 1, from real trials"
 INTERRUPTED = 130
@@ -28,10 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, default=0.1, help="threshold in (0, 1] (default: %(default)s)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, default=Budget.repeats, metavar="N",
-                        help="timed steps per trial, at least 3 (default: %(default)s)")
+                        help=f"timed steps per trial, at least {MIN_TIMED_STEPS} (default: %(default)s)")
     budget.add_argument("--eps", type=float, default=None, metavar="EPOCHS",
                         help="time this many epochs of the corpus per trial instead (counted at the batch of all "
-                             "VMs; at least 3 steps)")
+                             f"VMs; at least {MIN_TIMED_STEPS} steps)")
     p.add_argument("--mode", default="both", choices=[*selection.MODES, "both"],
                    help="published: Algorithm 1 as printed; corrected: by time to train, see the README; "
                         "both (default): each, from one set of trials")
@@ -52,14 +53,15 @@ def steps_for(args, sl: slices.Slice) -> int:
     cfg = model_config(args.model)
     batch = Budget.batch_per_gpu * sl.gpus_per_vm * len(sl.vms)
     packed = data.prepare(cfg.vocab_size, TrainConfig(batch_size=batch).resolved_seq_len(cfg), batch, data.load_corpus())
-    return max(3, math.ceil(args.eps * packed.steps_per_epoch(batch)))
+    return max(MIN_TIMED_STEPS, math.ceil(args.eps * packed.steps_per_epoch(batch)))
 
 
 def run(args) -> tuple[int, dict]:
     sl = slices.across_vms(slices.load(args.slice), "Algorithm 1 chooses between all VMs and one of them")
     model_config(args.model)
-    if args.eps is None and args.steps < 3:
-        raise BadInput(f"--steps must be at least 3 for timed comparisons, got {args.steps}")
+    if args.eps is None and args.steps < MIN_TIMED_STEPS:
+        raise BadInput(f"--steps must be at least {MIN_TIMED_STEPS} for timed comparisons (a robust spread of the step "
+                       f"times), got {args.steps}")
     if args.eps is not None:
         inputs.positive("--eps", args.eps)
     modes = list(selection.MODES) if args.mode == "both" else [args.mode]

@@ -230,11 +230,13 @@ class Relay:
         try:
             os.write(link.out, packet)
             link.counts["delivered"] += 1
+            link.counts["delivered_bytes"] += len(packet) - VNET_HDR  # the IP packet: what a technique put on the wire
         except BlockingIOError:
             link.counts["dropped_receiver"] += 1  # the receiving VM's queue is full, as on a congested host
 
 
-COUNTERS = ("packets", "delivered", "dropped_queue", "dropped_loss", "dropped_down", "dropped_receiver")
+COUNTERS = ("packets", "delivered", "delivered_bytes", "dropped_queue", "dropped_loss", "dropped_down",
+            "dropped_receiver")
 
 
 def _name(pair: bytes) -> str:

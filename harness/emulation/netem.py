@@ -105,12 +105,13 @@ class NetemLinks:
                 raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")
             self.shaped[a, b] = link
 
-    def _stats(self, a: str, b: str) -> tuple[int, int]:
-        """(packets sent, packets dropped) by the qdisc of the direction a -> b, since it was made."""
+    def _stats(self, a: str, b: str) -> tuple[int, int, int]:
+        """(packets sent, packets dropped, bytes sent) by the qdisc of the direction a -> b, since it was made."""
         with NetNS(self.netns[a]) as ns:
             qdisc = ns.get_qdiscs(index=ns.link_lookup(ifname=self.iface(a, b))[0])[0]
         stats = qdisc.get_attr("TCA_STATS2")
-        return stats.get_attr("TCA_STATS_BASIC")["packets"], stats.get_attr("TCA_STATS_QUEUE")["drops"]
+        basic = stats.get_attr("TCA_STATS_BASIC")
+        return basic["packets"], stats.get_attr("TCA_STATS_QUEUE")["drops"], basic["bytes"]
 
     def _attribute_drops(self, a: str, b: str) -> dict[str, int]:
         """netem counts loss and a full queue as one figure: the drops since the last call are filed
@@ -132,9 +133,9 @@ class NetemLinks:
         out = {}
         for (a, b), link in self.shaped.items():
             drops = dict(self._attribute_drops(a, b))
-            sent = self._stats(a, b)[0]
+            sent, _, sent_bytes = self._stats(a, b)
             out[f"{link['src']}>{link['dst']}"] = {"packets": sent + sum(drops.values()), "delivered": sent,
-                                                   "dropped_queue": 0} | drops
+                                                   "delivered_bytes": sent_bytes, "dropped_queue": 0} | drops
         return out
 
     def close(self) -> None:

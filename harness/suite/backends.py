@@ -32,8 +32,27 @@ class Backend:
     runner: object  # harness.trials.Runner
     slices: list  # the slices as given (the paper's links); runner.slices has the links the trials ran on
     trials: list
-    deviations: dict = field(default_factory=dict)
+    declared: str = deviations.NONE  # which declared limits apply (deviations.declared)
     scaling: object = None  # harness.calibration.Scaling of an emulated run
+    _literal: object = field(default=None, repr=False)
+
+    @property
+    def limits(self) -> tuple:
+        return deviations.declared(self.declared)
+
+    def links(self, recs: list[dict]) -> dict | None:
+        """The links document of the run (similarity.json): the calibration and, per slice, the
+        groups of the link the trials ran on and the paper's. On literal links, the links
+        similarity scaling would pick from these trials (recs), worked out once."""
+        from harness import calibration
+
+        if self.kind is not Kind.EMULATED_CPU or self.scaling is None:
+            return None
+        if self.scaling.mode == calibration.SIMILARITY:
+            return self.scaling.to_dict()
+        if self._literal is None:
+            self._literal = calibration.from_records(self.runner, recs, calibration.LITERAL)
+        return self._literal.to_dict()
 
 
 def kind_of(node) -> Kind | None:
@@ -91,7 +110,7 @@ def open_backend(config, kind: Kind, log=None):
     require_emulation()
     # Similarity scaling is for the CPU scale model; GPUs run the paper's models on the paper's links.
     mode = options.link_scaling(config) if kind is Kind.EMULATED_CPU else calibration.LITERAL
-    platform, declared = ("cpu", deviations.SCALE_MODEL[mode]) if kind is Kind.EMULATED_CPU else ("gpu", {})
+    platform, declared = ("cpu", f"{kind}/{mode}") if kind is Kind.EMULATED_CPU else ("gpu", deviations.NONE)
     scaled = mode == calibration.SIMILARITY
     budget = dataclasses.replace(options.budget(config), combine=scaled)  # GPU-like collectives go with the scaling
     extra = calibration.extra_trials(chosen) if scaled else 0

@@ -5,7 +5,7 @@ import contextlib
 
 import pytest
 
-from harness import claims, gpu_compiler, memory, trials
+from harness import claims, gpu_compiler, limits, memory, trials
 from harness.config import Setup
 from harness.suite import options
 from harness.suite.session import ClaimsLog
@@ -35,32 +35,29 @@ def ensure_trials(runner: trials.Runner, log: ClaimsLog, wanted: list[trials.Tri
     return [log.trials[t] for t in wanted]
 
 
-def check_claim(verdict: claims.Verdict, log: ClaimsLog, deviations: dict[str, dict[str, str]]) -> None:
-    """Fails when a trial the part needs crashed, or when a comparison the backend has not declared
-    goes against the paper beyond the measured noise. `deviations` maps a part to the comparisons
-    (their `what`) this backend cannot show, each with the reason: those are reported as an
-    expected failure when they do not hold, with the evidence, and every other comparison of the
-    part still fails the test. The report shows the verdict with and without them."""
-    declared = {what: why for what, why in deviations.get(verdict.part, {}).items()
-                if any(c.what == what for c in verdict.comparisons)}
-    mine = [c for c in verdict.comparisons if c.what in declared]
-    rest = [c for c in verdict.comparisons if c.what not in declared]
-    entry = verdict.to_dict()
-    entry["deviations"] = declared
-    entry["undeclared_status"] = claims.worst(c.status for c in rest) if rest else claims.HOLDS
-    log.verdicts[verdict.part] = entry
-    evidence = "\n  ".join(verdict.evidence)
+def check_claim(verdict: claims.Verdict, log: ClaimsLog, declared=(), run: limits.Run | None = None) -> None:
+    """Judges the part's contradictions against the backend's declared limits (`declared`,
+    harness.limits: each excuses only what this run's own measurement explains, within its
+    bound), records the verdict, and ends the test: it fails when a trial the part needs crashed
+    or a contradiction is not excused; skips when the part compares nothing or a comparison (a
+    declared one too) was not made; is an expected failure, with each limit's reason built from
+    this run, when every contradiction is excused; passes otherwise (holds, or within noise)."""
+    limits.apply([verdict], declared, run or limits.Run())
+    log.verdicts[verdict.part] = verdict.to_dict()
+    evidence = "\n  ".join(verdict.evidence + [f"{c.id}: {c.excuse['reason']}" for c in verdict.comparisons
+                                               if c.excuse])
     if verdict.crashed:
         pytest.fail(f"{verdict.part} not shown: trials crashed ({', '.join(verdict.crashed)}):\n  {evidence}")
     if not verdict.comparisons:
         pytest.skip(f"{verdict.part} not shown by this run: nothing to compare ({evidence or 'no trials'})")
-    assert entry["undeclared_status"] != claims.CONTRADICTED, f"{verdict.part}: {verdict.statement}\n  {evidence}"
-    if entry["undeclared_status"] == claims.NOT_SHOWN:
+    outcome = verdict.outcome
+    assert outcome != claims.CONTRADICTED, f"{verdict.part}: {verdict.statement}\n  {evidence}"
+    if outcome == claims.NOT_SHOWN:
         pytest.skip(f"{verdict.part} not shown by this run:\n  {evidence}")
-    if mine and claims.worst(c.status for c in mine) != claims.HOLDS:
-        reasons = dict.fromkeys(declared.values())  # comparisons declared for one reason name it once
-        pytest.xfail(f"{verdict.part}: {', '.join(declared)} do not hold here, as declared "
-                     f"({'; '.join(reasons)}):\n  {evidence}")
+    if outcome == claims.EXCUSED:
+        reasons = dict.fromkeys(c.excuse["reason"] for c in verdict.comparisons if c.excused)
+        pytest.xfail(f"{verdict.part}: " + ", ".join(c.id for c in verdict.comparisons if c.excused)
+                     + f" do not hold here, within declared limits ({'; '.join(reasons)}):\n  {evidence}")
 
 
 # -- memory (C4) ---------------------------------------------------------------------------------

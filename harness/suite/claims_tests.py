@@ -19,5 +19,6 @@ def test_trial(trial, backend, benchmark, claims_log):
 
 @pytest.mark.parametrize("claim", claims.TIMED_CLAIMS, ids=lambda c: c.__name__)
 def test_claim(claim, backend, claims_log):
-    table = claims.Table(checks.ensure_trials(backend.runner, claims_log, backend.trials), backend.slices)
-    checks.check_claim(claim(table), claims_log, backend.deviations)
+    recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
+    checks.check_claim(claim(claims.Table(recs, backend.slices)), claims_log, backend.limits,
+                       claims_log.evidence(backend, recs))

@@ -18,7 +18,7 @@ def add_options(parser) -> None:
     g.addoption("--trial-model", default=Budget.model, metavar="NAME",
                 help="model every trial trains (default: %(default)s, the CPU scale model)")
     g.addoption("--trial-repeats", type=int, default=Budget.repeats, metavar="N",
-                help="timed steps per trial, at least 3 (default: %(default)s)")
+                help="timed steps per trial, at least 5 (default: %(default)s)")
     g.addoption("--trial-precision", default=Budget.precision, choices=PRECISIONS,
                 help="arithmetic of every trial: float32 (XLA's default: TF32 matmuls on GPUs that have it), "
                      "float32-full (no TF32, as the paper's T4 and RTX 6000 ran), bfloat16 or float16 (16-bit "

@@ -21,10 +21,22 @@ class ClaimsLog:
         self.calibration: list[dict] = []  # the calibration trials' records (harness.calibration)
         self.scaling = None  # harness.calibration.Scaling of the run's links
         self.budget = None  # the trials' Budget as the backend ran them
-        self.similarity: dict | None = None  # the groups, paper scale vs this run (the similarity test)
+        # The links document (similarity.json): what the run's links were made of, the groups per
+        # slice, and (after the similarity test) the groups beyond the tolerance, judged.
+        self.links: dict | None = None
+        self.declared = None  # the name of the declared limits the timed claims were judged with
         self.started = time.time()
         directory = config.getoption("--report-dir")
         self.directory = Path(directory) if directory else None
+
+    def evidence(self, backend, recs: list[dict]):
+        """What a declared limit's mechanism may read: this run's trials, memory analyses and links."""
+        from harness import limits
+
+        if self.links is None:
+            self.links = backend.links(recs)
+        self.declared = backend.declared
+        return limits.Run(recs, self.memory, self.links)
 
     def add(self, trial, record: dict) -> None:
         from harness import records
@@ -44,19 +56,27 @@ class ClaimsLog:
         from harness import report
         from harness.suite.checks import MEMORY_ASSUMPTIONS
 
-        context = {"slices": ", ".join(sl.name for sl in options.claim_slices(self.config)),
+        from harness import slices
+
+        chosen = options.claim_slices(self.config)
+        context = {"slices": ", ".join(sl.name for sl in chosen),
+                   "slice sources": [slices.reference(sl) for sl in chosen],
                    "trial budget": str(self.budget or options.budget(self.config)),
                    "links": self.scaling.mode if self.scaling else options.link_scaling(self.config),
+                   "declared limits": self.declared or "none",
                    "memory assumptions": str(MEMORY_ASSUMPTIONS),
                    "memory compiler": ", ".join(sorted({r["memory"]["source"] for r in self.memory})) or "none",
                    "trials run": len(self.trials), "wall time (s)": round(time.time() - self.started),
                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-        report.write(directory, list(self.trials.values()), self.memory, list(self.verdicts.values()), context)
-        if self.similarity is not None:
+        if self.links is not None:
             from harness import similarity
 
-            (directory / "similarity.json").write_text(json.dumps(self.similarity, indent=1))
-            (directory / "similarity.md").write_text(similarity.markdown(self.similarity))
+            directory.mkdir(parents=True, exist_ok=True)
+            doc = {"tolerance": similarity.TOLERANCE, **self.links}
+            doc.setdefault("misses", similarity.misses(self.links))  # judged, where the similarity test ran
+            (directory / "similarity.json").write_text(json.dumps(doc, indent=1))
+            (directory / "similarity.md").write_text(similarity.markdown(doc))
+        report.write(directory, list(self.trials.values()), self.memory, list(self.verdicts.values()), context)
 
 
 @pytest.fixture(scope="session")

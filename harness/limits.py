@@ -1,0 +1,325 @@
+"""A backend's declared limits: data that excuses a contradiction only as far as the run itself
+shows the cause.
+
+A Limit names
+- the comparisons it covers: a claim part, the comparisons' keys, and the slices they may be made
+  on (harness.claims: an ID is "<part>/<where>/<key>");
+- a bound: the largest gap (harness.claims.Comparison.gap: how many times against the paper the
+  comparison goes) it excuses;
+- a mechanism that the run being judged measures, with the threshold at which it shows.
+A bound left unset is the mechanism's own factor as this run measured it (the figure for a
+mechanism that shows at or above its threshold, its inverse for one that shows at or below): a
+cause that weighs k times what it weighed in the paper explains a gap of at most k.
+A contradiction is excused only when a limit covers it, its gap is within the bound, and this
+run's own figure for the mechanism passes the threshold. Beyond the bound, on a slice the limit
+does not name, or in a run whose measurement does not show the mechanism, it stays a
+contradiction and its test fails. The reason printed is built from the run's figures and the
+limit's own bound and threshold: no measured figure is written into a declaration.
+
+The declarations themselves are in harness.suite.deviations.
+"""
+import math
+from dataclasses import dataclass, field
+
+from harness import flops
+from harness.config import Setup, model_config
+
+
+@dataclass
+class Run:
+    """What a run measured, besides its comparisons, that a mechanism may read."""
+    trials: list = field(default_factory=list)  # the trial records
+    memory: list = field(default_factory=list)  # the compile-only memory records
+    links: dict | None = None  # the links document (similarity.json): calibration and groups per slice
+
+    def link_groups(self, slice_name: str) -> tuple[dict, dict] | None:
+        """(this run's groups, the paper's groups) by technique on the slice's link, or None."""
+        for s in (self.links or {}).get("slices", []):
+            if s["slice"] == slice_name:
+                return (s["model"] if self.links["mode"] == "similarity" else s["literal"]), s["target"]
+        return None
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    says: str  # the figure in words, with the run's numbers
+
+
+class Mechanism:
+    """A figure the run measures (measure), and the threshold at which the mechanism shows."""
+    name = "mechanism"
+
+    def measure(self, run: Run, comparison) -> Figure | None:
+        raise NotImplementedError
+
+    def shows(self, value: float) -> bool:
+        raise NotImplementedError
+
+    def rule(self) -> str:
+        """The threshold in words."""
+        raise NotImplementedError
+
+    def reach(self, value: float) -> float:
+        """The largest gap a figure of `value` explains (a limit's bound when it states none)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class AtLeast(Mechanism):
+    threshold: float
+
+    def shows(self, value: float) -> bool:
+        return value >= self.threshold
+
+    def rule(self) -> str:
+        return f"it shows at {self.threshold:g}x or more"
+
+    def reach(self, value: float) -> float:
+        return value
+
+
+@dataclass(frozen=True)
+class AtMost(Mechanism):
+    threshold: float
+
+    def shows(self, value: float) -> bool:
+        return value <= self.threshold
+
+    def rule(self) -> str:
+        return f"it shows at {self.threshold:g}x or less"
+
+    def reach(self, value: float) -> float:
+        return 1 / value if value > 0 else math.inf
+
+
+# -- mechanisms of the timed claims ---------------------------------------------------------------
+GROUPS = ("latency", "bandwidth", "bubble")
+
+
+@dataclass(frozen=True)
+class PipelineOverhead(AtLeast):
+    """Pipeshard's bubble and communication, over its compute, on the slice's link in this run
+    (the cost model calibrated on the run's own trials: similarity.json), against gpt2m's on the
+    paper's slice. Where they weigh more than the paper's, Pipeshard loses ground that the paper's
+    did not lose."""
+    name = "Pipeshard's overhead against the paper's"
+
+    def measure(self, run, comparison):
+        figures = []
+        for s in comparison.slices:
+            groups = run.link_groups(s)
+            if groups is None:
+                return None
+            here, paper = (sum(g["Pipeshard"][k] for k in GROUPS) for g in groups)
+            if paper <= 0:
+                return None
+            figures.append(Figure(here / paper, f"on {s}'s link Pipeshard's bubble and communication come to "
+                                                 f"{here:.3g} of its compute in this run, gpt2m's in the paper to "
+                                                 f"{paper:.3g}: {here / paper:.2g}x"))
+        return min(figures, key=lambda f: f.value, default=None)
+
+
+@dataclass(frozen=True)
+class LinkBytes(AtMost):
+    """Bytes one technique sends across the link per timed step, over another's, counted by the
+    emulated link during this run's trials on all VMs: where they are about equal, the two
+    techniques communicate alike here, whatever their definitions in the paper's stack say."""
+    technique: str = "ZeRO2"
+    reference: str = "Data"
+
+    @property
+    def name(self) -> str:
+        return f"{self.technique}'s bytes on the link against {self.reference}'s"
+
+    def measure(self, run, comparison):
+        per_step = {}
+        for r in run.trials:
+            packets = r["cluster"]["network"].get("packets") or {}
+            times = r["timing"]["step_times_s"][r["timing"]["excluded_warmup_steps"]:]
+            if r["status"] == "ok" and len(r["cluster"]["vms_used"] or []) > 1 and "delivered_bytes" in packets and times:
+                per_step[(r["technique"], r["cluster"]["slice"])] = packets["delivered_bytes"] / len(times)
+        both = [s for (t, s) in per_step if t == self.technique and (self.reference, s) in per_step
+                and per_step[(self.reference, s)] > 0]
+        # The technique's wire is one program everywhere: read it on the comparison's slices, or on
+        # any of the run's where it made none across a link (a single-VM experiment).
+        where = [s for s in both if s in comparison.slices] or both
+        figures = [Figure(per_step[(self.technique, s)] / per_step[(self.reference, s)],
+                          f"{self.technique} sent {per_step[(self.technique, s)] / 1e6:.3g} MB per step across "
+                          f"{s}'s link and {self.reference} {per_step[(self.reference, s)] / 1e6:.3g} MB: "
+                          f"{per_step[(self.technique, s)] / per_step[(self.reference, s)]:.2g}x")
+                   for s in sorted(where)]
+        return max(figures, key=lambda f: f.value, default=None)
+
+
+# -- mechanism of the memory claims ---------------------------------------------------------------
+@dataclass(frozen=True)
+class NearUsable(AtMost):
+    """How near the boundary the analysis puts the run: its need over the GPU's usable memory (or
+    the other way), from the run's memory records. Near it, the outcome turns on what the paper
+    does not state (batch per GPU, microbatches, precision), which the analysis assumes."""
+    name = "the need's distance from the usable memory"
+
+    def measure(self, run, comparison):
+        if comparison.gap is None or not math.isfinite(comparison.gap):
+            return None
+        return Figure(comparison.gap, f"the analysis, at its stated setup, puts the need {comparison.gap:.2g}x on the "
+                                      "wrong side of the GPU's usable memory")
+
+
+# -- mechanisms of the similarity groups -----------------------------------------------------------
+def _first_trial(run: Run) -> dict | None:
+    return next((r for r in run.trials if r["status"] == "ok"), None)
+
+
+@dataclass(frozen=True)
+class CollectiveRate(AtMost):
+    """The rate at which the calibrated collectives move bytes between VMs, over the rate one TCP
+    flow carries on the link with no delay (both measured by the run): collectives slower than
+    their link carry a bandwidth group that no link setting can lower."""
+    name = "the collectives' rate against the link's"
+
+    def measure(self, run, comparison=None):
+        c = (run.links or {}).get("calibration") or {}
+        links = [r["cluster"]["network"].get("link_bytes_per_s") for r in run.trials]
+        links = [x for x in links if x]
+        if not c.get("link_bytes_per_s") or not links:
+            return None
+        rate, link = c["link_bytes_per_s"], max(links)
+        return Figure(rate / link, f"the calibrated collectives moved {rate / 1e6:.3g} MB/s between VMs, with "
+                                   f"{c['per_collective_s'] * 1e3:.2g} ms per collective, where one TCP flow carried "
+                                   f"{link / 1e6:.3g} MB/s over the link: {rate / link:.2g}x")
+
+
+def _paper_setup(slice_gpus: int) -> tuple:
+    """gpt2m at the claims' stated setup (harness.config.Setup), on a slice of slice_gpus GPUs."""
+    s = Setup()
+    return model_config("gpt2m"), s.batch_per_gpu * slice_gpus, s.micro_batches, s.seq_len or 1024
+
+
+def _gradients_per_activation(params: int, global_batch: int, micro_batches: int, seq_len: int, width: int) -> float:
+    """A step's gradients over one microbatch's activations at a stage boundary (same value size)."""
+    return params / (global_batch / micro_batches * seq_len * width)
+
+
+@dataclass(frozen=True)
+class GradientsToActivations(AtMost):
+    """The trials' model: its gradients over one microbatch's activations at a stage boundary,
+    against gpt2m's at the stated setup. What Data sends per step grows with the first, what
+    Pipeshard sends per tick with the second: at the link that gives Data the paper's latency
+    group, Pipeshard's is off by the factor between the two models."""
+    name = "gradients per microbatch of activations against gpt2m's"
+
+    def measure(self, run, comparison=None):
+        r = _first_trial(run)
+        if r is None:
+            return None
+        m, b = r["model"], r["batch"]
+        here = _gradients_per_activation(m["params"], b["global_batch"], b["micro_batches"], b["seq_len"], m["n_embd"])
+        gpus = r["cluster"]["hosts"] * r["cluster"]["devices_per_host"] if len(r["cluster"]["vms_used"] or []) > 1 else None
+        cfg, batch, micro, seq = _paper_setup(gpus or 2 * r["cluster"]["devices_per_host"])
+        paper = _gradients_per_activation(flops.param_count(cfg), batch, micro, seq, cfg.n_embd)
+        return Figure(here / paper, f"{m['name']}'s gradients are {here:.3g} times one microbatch's activations at a "
+                                    f"stage boundary, gpt2m's {paper:.3g} times at the stated setup: {here / paper:.2g}x")
+
+
+@dataclass(frozen=True)
+class CrossingsPerStep(AtMost):
+    """How many times per step Shard's program crosses the link (once per layer and microbatch, in
+    small messages), for the trials' model and budget against gpt2m's at the stated setup."""
+    name = "Shard's crossings per step against gpt2m's"
+
+    def measure(self, run, comparison=None):
+        r = _first_trial(run)
+        if r is None:
+            return None
+        here = r["model"]["n_layer"] * r["batch"]["micro_batches"]
+        paper = model_config("gpt2m").n_layer * Setup().micro_batches
+        return Figure(here / paper, f"{r['model']['name']} crosses {r['model']['n_layer']} layers x "
+                                    f"{r['batch']['micro_batches']} microbatches = {here} times a step, gpt2m "
+                                    f"{paper}: {here / paper:.2g}x")
+
+
+# -- the declarations and their judgement ----------------------------------------------------------
+def _judgement(why: str, mechanism: Mechanism, figure: Figure | None, bound: float | None, gap: float | None,
+               against: str) -> dict:
+    """Whether a gap is excused: within the bound (or the mechanism's reach) and the mechanism
+    showing in this run; the reason, in words built from the run's figures."""
+    shows = figure is not None and mechanism.shows(figure.value)
+    limit = bound if bound is not None else (mechanism.reach(figure.value) if figure is not None else None)
+    within = gap is not None and limit is not None and gap <= limit
+    measured = (f"{figure.says} ({mechanism.rule()})" if figure is not None
+                else f"this run did not measure {mechanism.name}")
+    went = f"how far it goes {against} is unknown" if gap is None else f"it goes {gap:.3g}x {against}"
+    stated = "its bound" if bound is not None else "what the mechanism's figure explains"
+    if within and shows:
+        reason = f"{why}: {measured}; {went}, within {stated}, {limit:.3g}x"
+    elif not shows:
+        reason = f"a declared limit covers it but does not excuse it: {measured}"
+    else:
+        reason = (f"a declared limit covers it but does not excuse it: {went}, beyond {stated}"
+                  + (f", {limit:.3g}x" if limit is not None else ""))
+    return {"bound": limit, "bound_stated": bound is not None, "gap": None if gap is None or not math.isfinite(gap) else gap,
+            "mechanism": mechanism.name, "figure": None if figure is None else figure.value,
+            "threshold": getattr(mechanism, "threshold", None), "shows": shows, "within_bound": within,
+            "excused": within and shows, "reason": reason}
+
+
+@dataclass(frozen=True)
+class Limit:
+    part: str
+    keys: tuple[str, ...]
+    slices: tuple[str, ...]
+    mechanism: Mechanism
+    why: str  # what this backend does differently, in words, with no figures
+    bound: float | None = None  # the largest gap it excuses; None: the mechanism's reach
+
+    def covers(self, comparison) -> bool:
+        return (comparison.part == self.part and comparison.key in self.keys and bool(comparison.slices)
+                and set(comparison.slices) <= set(self.slices))
+
+    def judge(self, comparison, run: Run) -> dict:
+        judged = _judgement(self.why, self.mechanism, self.mechanism.measure(run, comparison), self.bound,
+                            comparison.gap, "against the paper")
+        return {"part": self.part, "keys": list(self.keys), "slices": list(self.slices), **judged}
+
+
+def apply(verdicts, limits, run: Run) -> None:
+    """Judge every contradicted comparison a limit covers (Comparison.excuse)."""
+    for v in verdicts:
+        for c in v.comparisons:
+            c.excuse = None
+            if c.status != "contradicted":
+                continue
+            judged = [limit.judge(c, run) for limit in limits if limit.covers(c)]
+            if judged:
+                c.excuse = next((j for j in judged if j["excused"]), judged[0])
+
+
+@dataclass(frozen=True)
+class GroupLimit:
+    """A declared limit of similarity scaling: a group (harness.similarity) of these techniques
+    that the scale model cannot bring within the tolerance of the paper's, on these slices, as
+    far as the bound (the factor off; None: the mechanism's reach), where the mechanism shows."""
+    techniques: tuple[str, ...]
+    group: str
+    slices: tuple[str, ...]
+    mechanism: Mechanism
+    why: str
+    bound: float | None = None
+
+    def covers(self, miss: dict) -> bool:
+        return miss["technique"] in self.techniques and miss["group"] == self.group and miss["slice"] in self.slices
+
+    def judge(self, miss: dict, run: Run) -> dict:
+        return _judgement(self.why, self.mechanism, self.mechanism.measure(run, None), self.bound, miss["ratio"],
+                          "off the paper's")
+
+
+def judge_misses(misses: list[dict], limits, run: Run) -> list[dict]:
+    """Each group beyond the tolerance with the judgement of the limit that covers it (None: none)."""
+    out = []
+    for m in misses:
+        judged = [g.judge(m, run) for g in limits if g.covers(m)]
+        out.append({**m, "excuse": next((j for j in judged if j["excused"]), judged[0] if judged else None)})
+    return out
