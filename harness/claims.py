@@ -182,10 +182,12 @@ def epoch_time(r: dict) -> float:
 
 
 def noise(r: dict | None) -> float:
-    """The robust spread of the timed step times (harness.noise), scaled to an epoch."""
+    """The robust spread of the timed step times (harness.noise), scaled to an epoch; for an
+    experiment pooled from repeats, at least the share they all drifted (Table.pooled)."""
     if state(r) != "ok":
         return 0.0
-    return noise_.spread(timed(r)) * r["timing"]["epoch_time_s"] / statistics.median(timed(r))
+    share = max(noise_.relative(timed(r)), r["timing"].get("spread_floor", 0.0))
+    return share * r["timing"]["epoch_time_s"]
 
 
 def label(r: dict) -> str:
@@ -276,7 +278,18 @@ class Table:
         for s, vm in by_slice.items():
             groups.setdefault(vm, []).append(s)
         return [(f"{vm} alone (one emulated VM, measured on {', '.join(ss)})", f"*:{vm}", tuple(ss),
-                 {t: self.pooled([self.get(t, s, vm) for s in ss]) for t in Technique}) for vm, ss in groups.items()]
+                 self.pooled_experiment({t: [self.get(t, s, vm) for s in ss] for t in Technique}))
+                for vm, ss in groups.items()]
+
+    def pooled_experiment(self, repeats: dict) -> dict:
+        """technique -> its repeats pooled (pooled()); where the experiment was repeated, every
+        technique's noise is at least the median relative spread of them all (noise.shared_floor)."""
+        runs = {t: self.pooled(recs) for t, recs in repeats.items()}
+        if max(len(recs) for recs in repeats.values()) < 2:
+            return runs
+        ok = [t for t, r in runs.items() if self.state(r) == "ok"]
+        floor = noise_.shared_floor([noise_.relative(timed(runs[t])) for t in ok])
+        return {t: {**r, "timing": {**r["timing"], "spread_floor": floor}} if t in ok else r for t, r in runs.items()}
 
     def pooled(self, recs: list[dict | None]) -> dict | None:
         """One experiment measured several times: its step times together. A crashed, missing or

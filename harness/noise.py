@@ -7,6 +7,11 @@ one step at three times the others, or a stall, moves it little, where the range
 CAP of the median step, stated here before any run, so that no trial is ever noisy enough to hide
 a difference of more than twice that between two techniques: a comparison counts a difference
 only beyond the spreads of both sides summed.
+
+One experiment measured several times (an emulated VM alone, once per slice of the run, every
+technique) also shows how far the machine drifts between the repeats: that drift reaches every
+technique alike, so each is judged against at least the median relative spread of them all
+(shared_floor), still capped.
 """
 import statistics
 
@@ -22,3 +27,15 @@ def spread(times: list[float]) -> float:
     median = statistics.median(times)
     mad = statistics.median(abs(t - median) for t in times)
     return min(MAD_TO_SIGMA * mad, CAP * median)
+
+
+def relative(times: list[float]) -> float:
+    """spread() as a share of the median step."""
+    return spread(times) / statistics.median(times)
+
+
+def shared_floor(shares: list[float]) -> float:
+    """The floor of every technique's relative spread in one experiment repeated on one machine:
+    the median of their own, so that one technique's steady repeats do not make it look surer
+    than the machine was."""
+    return min(statistics.median(shares), CAP) if shares else 0.0

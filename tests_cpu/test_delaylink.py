@@ -95,6 +95,8 @@ def test_a_full_queue_drops_the_newcomers_and_counts_them():
     while relay.deliver_due() is not None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert relay.counters()["198.18.0.1>198.18.0.2"]["delivered"] == 5
+    # the IP packets' bytes, as a technique put them on the wire: header and payload, no virtio header
+    assert relay.counters()["198.18.0.1>198.18.0.2"]["delivered_bytes"] == 5 * (20 + 100)
     received = 0
     while True:
         try:

@@ -47,7 +47,9 @@ _LINKS = (
     Limit("C2.order", ("Data<ZeRO2",), TWO_SITE, ZERO2_SENDS_AS_DATA, _SAME_BYTES, ALPA_ZERO2_EXTRA),
     Limit("C2.sensitivity", ("ZeRO2>Data",), TABLE_I_ORDER, ZERO2_SENDS_AS_DATA, _SAME_BYTES, ALPA_ZERO2_EXTRA),
     # The gap is how many times Pipeshard's T per GPU would have to grow for step 4 to pick it.
-    Limit("C7.geo-pipeshard", ("picks-Pipeshard",), TWO_SITE, PIPESHARD_OVERHEAD, _T_PER_GPU, 6.0),
+    # T per GPU already favours one VM at paper scale (the cost model: `predict --slice UTAH-GPN`),
+    # and the mechanism multiplies that: the bound is the loosest here, stated, not measured.
+    Limit("C7.geo-pipeshard", ("picks-Pipeshard",), TWO_SITE, PIPESHARD_OVERHEAD, _T_PER_GPU, 8.0),
 )
 # The CPU scale model on emulated slices (the timed claims), per kind of link (--link-scaling).
 SCALE_MODEL = {"literal": _LINKS, "similarity": _LINKS}
