@@ -23,10 +23,17 @@ def run_slices(context: dict) -> list:
     return [slices.load(source) for source in sources]
 
 
+RESULTS = ("results.jsonl", "claims-results.jsonl")  # a run's own; the GPU device session's claims phase
+
+
+def results_file(folder: Path) -> Path:
+    return next((folder / name for name in RESULTS if (folder / name).is_file()), folder / RESULTS[0])
+
+
 def judge(folder: Path) -> list[claims.Verdict]:
     """Every part the run judged, judged again from its folder."""
     folder = Path(folder)
-    recs = records.read(folder / "results.jsonl")
+    recs = records.read(results_file(folder))
     trials = [r for r in recs if not is_memory(r)]
     memory = [r for r in recs if is_memory(r)]
     context = json.loads((folder / "claims.json").read_text())["context"]

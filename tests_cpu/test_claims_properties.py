@@ -207,3 +207,28 @@ def test_no_memory_part_holds_unless_its_comparisons_were_made_and_went_the_pape
         if verdict.status == "holds":
             assert allowed[verdict.part], (verdict.part, verdict.evidence)
             assert verdict.comparisons and not verdict.crashed
+
+
+# -- declared limits -----------------------------------------------------------------------------------
+@PROPERTY
+@given(pipeshard_over_data=st.floats(0.5, 5.0), here=st.floats(0.01, 3.0), paper=st.floats(0.01, 3.0),
+       slice_name=st.sampled_from([TACC, GPN]))
+def test_a_limit_excuses_nothing_beyond_its_reach_off_its_slices_or_without_its_mechanism(
+        pipeshard_over_data, here, paper, slice_name):
+    """C1's Pipeshard made that many times slower than Data on one slice, and a links document in
+    which Pipeshard's overhead weighs `here` of its compute against the paper's `paper`: whatever
+    the figures, a contradiction is excused only on TACC-TACC, within here / paper, where
+    here / paper reaches the threshold."""
+    from harness import limits
+    from harness.suite import deviations
+    from tests_cpu.test_verdicts import links_doc
+
+    times = {"Pipeshard": [pipeshard_over_data] * 5, "Data": [1.0] * 5, "ZeRO2": [1.0] * 5, "Shard": [9.0] * 5}
+    table = claims.Table([trial(t, slice_name, ts, rtt=RTT[slice_name]) for t, ts in times.items()],
+                         [sl for sl in SLICES if sl.name == slice_name])
+    verdicts = [claims.c1_single_site(table), claims.c1_two_site(table)]
+    limits.apply(verdicts, deviations.declared("emulated-cpu/similarity"),
+                 limits.Run(links=links_doc(slice_name, pipeshard_here=here, pipeshard_paper=paper)))
+    for c in (c for v in verdicts for c in v.comparisons if c.excused):
+        assert c.part == "C1.single-site" and c.slices == (TACC,), c.id
+        assert here / paper >= 2.0 and c.gap <= here / paper * (1 + 1e-9), (c.id, c.gap, here / paper)

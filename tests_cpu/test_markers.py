@@ -80,3 +80,11 @@ def test_a_bad_slice_inventory_stops_the_fabric_session_in_one_line(tmp_path, wr
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:]
     assert proc.stderr.strip().startswith(f"ERROR: {said.format(path=path)}"), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_claims_plugin_loads_without_jax():
+    """pytest loads the plugin before any conftest, and the conftest must still be able to give
+    JAX its four CPU devices: loading the plugin imports neither JAX nor anything that does."""
+    code = "import sys, harness.suite.plugin; print(sorted(m for m in ('jax', 'scipy') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
