@@ -8,7 +8,7 @@ HELP = "compare a run folder with a baseline: slower trials, newly failed trials
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("baseline", metavar="BASELINE", help="baseline run folder, e.g. harness/resources/baselines/quick")
+    p.add_argument("baseline", metavar="BASELINE", help="baseline run folder, e.g. harness/resources/baselines/quick-similarity")
     p.add_argument("run", metavar="RUN", help="run folder written by reproduce, e.g. reports/<run id>")
     p.add_argument("--threshold", type=float, default=compare.THRESHOLD,
                    help="slowdown of a median step time that counts as a regression (default: %(default)s = +50%%)")
