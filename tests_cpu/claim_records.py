@@ -1,7 +1,7 @@
 """Hand-made trial and memory records for the claims' tests: valid records (the schema checks them)
 whose only real content is what the claims read."""
 from harness import records, train
-from harness.config import TrainConfig, model_config
+from harness.config import Technique, TrainConfig, model_config
 
 CORPUS_SEQUENCES = 80  # an epoch: 10 steps of the 4-GPU batch, 20 of one VM's
 
@@ -49,3 +49,15 @@ def memory(model: str, technique: str, slice_name: str, vms, gib: float | None, 
         None if status == "ok" else "too big" if status == "oom" else "ValueError: cannot build",
         memory={"bytes_per_device": int(gib * 2**30) if gib is not None else None,
                 "source": "xla-cpu-memory-analysis (compile only)"}))
+
+
+def links_doc(slice_name: str, pipeshard_here: float, pipeshard_paper: float, mode: str = "similarity") -> dict:
+    """A links document (similarity.json) in which Pipeshard's bubble and communication on the
+    slice's link weigh `pipeshard_here` of its compute in the run, and `pipeshard_paper` in the paper."""
+    def groups(total):
+        return {t: {"latency": 0.0, "bandwidth": 0.0, "bubble": 0.0} for t in Technique} | {
+            "Pipeshard": {"latency": total / 2, "bandwidth": total / 4, "bubble": total / 4}}
+
+    entry = {"slice": slice_name, "paper_rtt_ms": 0.1, "rtt_ms": 0.4, "link_bytes_per_s": 9e7,
+             "target": groups(pipeshard_paper), "model": groups(pipeshard_here), "literal": groups(pipeshard_here)}
+    return {"mode": mode, "calibration": {}, "slices": [entry]}

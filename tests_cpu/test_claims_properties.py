@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import claims, paper, slices
-from tests_cpu.claim_records import CORPUS_SEQUENCES, memory, trial
+from tests_cpu.claim_records import CORPUS_SEQUENCES, links_doc, memory, trial
 
 TACC, GPN = "TACC-TACC", "UTAH-GPN"  # 0.1 ms and 20 ms; both 2 RTX + 2 T4
 SLICES = [slices.load(TACC), slices.load(GPN)]
@@ -221,7 +221,6 @@ def test_a_limit_excuses_nothing_beyond_its_reach_off_its_slices_or_without_its_
     here / paper reaches the threshold."""
     from harness import limits
     from harness.suite import deviations
-    from tests_cpu.test_verdicts import links_doc
 
     times = {"Pipeshard": [pipeshard_over_data] * 5, "Data": [1.0] * 5, "ZeRO2": [1.0] * 5, "Shard": [9.0] * 5}
     table = claims.Table([trial(t, slice_name, ts, rtt=RTT[slice_name]) for t, ts in times.items()],

@@ -13,7 +13,7 @@ import pytest
 from harness import claims, limits, noise, records, report, slices
 from harness.config import Technique
 from harness.suite import checks, deviations
-from tests_cpu.claim_records import memory, trial
+from tests_cpu.claim_records import links_doc, memory, trial
 
 TACC, GPN, MASS = "TACC-TACC", "UTAH-GPN", "UTAH-MASS"
 RTT = {"TACC-TACC": 0.1, "UTAH-GPN": 20.2, "UTAH-MASS": 57.4, "BRIS-STAR": 95.9, "GAT-AMST": 103.0}
@@ -34,18 +34,6 @@ def run_on(names, times: dict, **kw) -> list[dict]:
 
 def given(*names):
     return [slices.load(n) for n in names]
-
-
-def links_doc(slice_name: str, pipeshard_here: float, pipeshard_paper: float, mode: str = "similarity") -> dict:
-    """A links document (similarity.json) in which Pipeshard's bubble and communication on the
-    slice's link weigh `pipeshard_here` of its compute in the run, and `pipeshard_paper` in the paper."""
-    def groups(total):
-        return {t: {"latency": 0.0, "bandwidth": 0.0, "bubble": 0.0} for t in FOUR} | {
-            "Pipeshard": {"latency": total / 2, "bandwidth": total / 4, "bubble": total / 4}}
-
-    entry = {"slice": slice_name, "paper_rtt_ms": RTT.get(slice_name, 0.1), "rtt_ms": 0.4, "link_bytes_per_s": 9e7,
-             "target": groups(pipeshard_paper), "model": groups(pipeshard_here), "literal": groups(pipeshard_here)}
-    return {"mode": mode, "calibration": {}, "slices": [entry]}
 
 
 def check(verdict, declared, run=None):

@@ -53,10 +53,8 @@ class ClaimsLog:
             records.append(self.directory / "calibration.jsonl", record)
 
     def write(self, directory: Path) -> None:
-        from harness import report
+        from harness import report, slices
         from harness.suite.checks import MEMORY_ASSUMPTIONS
-
-        from harness import slices
 
         chosen = options.claim_slices(self.config)
         context = {"slices": ", ".join(sl.name for sl in chosen),
