@@ -351,3 +351,22 @@ def test_a_judged_verdict_reads_back_from_json():
     assert doc["outcome"] == claims.EXCUSED and {c["id"] for c in doc["comparisons"]} == {
         f"C1.single-site/{TACC}/Pipeshard<{o}" for o in ("Data", "ZeRO2", "Shard")}
     assert math.isclose(next(c for c in doc["comparisons"] if c["key"] == "Pipeshard<Data")["excuse"]["figure"], 2.5)
+
+
+def test_a_trial_out_of_its_share_of_a_shared_gpu_is_recorded_as_a_harness_error():
+    """The runner's record, where four emulated GPUs share one physical GPU: ZeRO2 out of memory
+    with a step of 10.2 GiB (a T4 of UTAH-GPN has 14.4 usable) is an error, not the paper's x;
+    at 30 GiB it is out of memory as the modelled GPU would be."""
+    from harness import trials
+    from harness.cluster import layout
+    from harness.config import Budget
+
+    sl = slices.load(GPN)
+    runner = trials.Runner(None, [sl], Budget(model="scale-tiny"), 2,
+                           processes=layout.gpu([(vm.name, vm.gpus) for vm in sl.vms], ["0"]))
+    _, allocator = records.failure(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7.53GiB"))
+    trial = trials.Trial.on(sl, "ZeRO2")
+    small = runner.record(trials.TrialResult(trial, info={"bytes_per_device": int(10.2 * 2**30)}).fail("oom", allocator))
+    assert small["status"] == "error" and "a harness error" in small["reason"] and allocator in small["reason"]
+    big = runner.record(trials.TrialResult(trial, info={"bytes_per_device": 30 * 2**30}).fail("oom", allocator))
+    assert big["status"] == "oom" and big["cluster"]["gpu_sharing"]
