@@ -41,11 +41,28 @@ def judge(folder: Path) -> list[claims.Verdict]:
     links = json.loads(links_file.read_text()) if links_file.is_file() else None
     run = limits.Run(trials, memory, links)
     given = run_slices(context)
-    timed = claims.judge(trials, given)
+    # A run judges the timed parts on its trials and C4 on its memory analyses: one that made none
+    # of either did not judge those parts.
+    timed = claims.judge(trials, given) if trials else []
     limits.apply(timed, deviations.declared(context.get("declared limits", deviations.NONE)), run)
-    mem = claims.judge_memory(memory, given)
+    mem = claims.judge_memory(memory, given) if memory else []
     limits.apply(mem, deviations.MEMORY_ANALYSIS, run)
     return timed + mem
+
+
+def write(folder: Path, verdicts: list[claims.Verdict]) -> None:
+    """claims.json and claims.md of the folder, from today's judgement of its records (the same
+    measurements: a baseline refreshed after a change to the judging, not to the trials)."""
+    from harness import report
+
+    folder = Path(folder)
+    doc = json.loads((folder / "claims.json").read_text())
+    recs = records.read(results_file(folder))
+    dicts = [v.to_dict() for v in verdicts]
+    (folder / "claims.json").write_text(json.dumps({"context": doc["context"], "verdicts": dicts}, indent=1))
+    figures = sorted(folder.glob("*.png"))
+    (folder / "claims.md").write_text(report.markdown([r for r in recs if not is_memory(r)],
+                                                      [r for r in recs if is_memory(r)], dicts, doc["context"], figures))
 
 
 def differences(folder: Path) -> list[str]:
@@ -59,14 +76,22 @@ def differences(folder: Path) -> list[str]:
         if part not in now:
             out.append(f"{part}: in claims.json, not judged today")
             continue
-        if was.get("outcome") != now[part]["outcome"]:
+        if str(was.get("outcome")) != str(now[part]["outcome"]):
             out.append(f"{part}: claims.json says {was.get('outcome')}, today {now[part]['outcome']}")
 
-        def by_id(v):
-            return {c.get("id"): (c["status"], bool((c.get("excuse") or {}).get("excused"))) for c in v["comparisons"]}
-
-        before, after = by_id(was), by_id(now[part])
+        before, after = _by_id(was), _by_id(now[part])
         for cid in sorted(set(before) | set(after), key=str):
             if before.get(cid) != after.get(cid):
-                out.append(f"{cid}: claims.json says {before.get(cid)}, today {after.get(cid)}")
+                out.append(f"{cid}: claims.json says {before.get(cid, 'not made')}, today {after.get(cid, 'not made')}")
     return out
+
+
+def _by_id(verdict: dict) -> dict[str, str]:
+    """comparison ID -> its status, and a declared limit's judgement of it with its reason, in words:
+    a reason that no longer follows from the records is a difference too."""
+    def said(c):
+        excuse = c.get("excuse")
+        return str(c["status"]) + (f" ({'excused' if excuse['excused'] else 'not excused'}: {excuse['reason']})"
+                                   if excuse else "")
+
+    return {c.get("id"): said(c) for c in verdict["comparisons"]}

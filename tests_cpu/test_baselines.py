@@ -3,6 +3,8 @@ its folder alone (harness.rejudge), part by part and comparison by comparison.""
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,32 @@ def test_the_baselines_are_those_the_readme_names_and_its_recipe_makes():
         context = json.loads((folder / "claims.json").read_text())["context"]
         links = "literal" if folder.name == "quick" else "similarity"
         assert folder.name.startswith("quick") and context["links"] == links, (folder.name, context["links"])
+
+
+def harness_cli(*args):
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_the_judge_command_says_where_a_folder_differs_and_rewrites_it_on_request(tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(resources.path("baselines", "quick-similarity"), folder)
+    same = harness_cli("judge", str(folder), "--json")
+    assert same.returncode == 0 and json.loads(same.stdout)["differences"] == [], same.stderr[-2000:]
+    verdicts = json.loads((folder / "claims.json").read_text())
+    verdicts["verdicts"][0]["outcome"] = "contradicted"  # a claims.json that says more than its records
+    (folder / "claims.json").write_text(json.dumps(verdicts))
+    differs = harness_cli("judge", str(folder))
+    assert differs.returncode == 1 and "C1.two-site: claims.json says contradicted, today holds" in differs.stdout
+    assert harness_cli("judge", str(folder), "--write").returncode == 0
+    assert rejudge.differences(folder) == []
+
+
+def test_the_judge_command_refuses_a_folder_that_is_no_run_in_one_line(tmp_path):
+    empty = harness_cli("judge", str(tmp_path))
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "no results.jsonl" in empty.stderr
+    folder = tmp_path / "broken"
+    shutil.copytree(resources.path("baselines", "quick-similarity"), folder)
+    with (folder / "results.jsonl").open("a") as f:
+        f.write('{"not": "a record"}\n')
+    broken = harness_cli("judge", str(folder))
+    assert broken.returncode == 2 and broken.stderr.count("\n") == 1 and "results.jsonl" in broken.stderr, broken.stderr

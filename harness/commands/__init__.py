@@ -5,7 +5,7 @@ and is printed for people by the command itself otherwise.
 """
 import importlib
 
-NAMES = ("reproduce", "train", "memory", "emulate", "compare", "select", "predict")
+NAMES = ("reproduce", "train", "memory", "emulate", "compare", "judge", "select", "predict")
 
 
 def command(name: str):

@@ -15,6 +15,7 @@ from harness.limits import (
     Limit,
     LinkBytes,
     NearUsable,
+    PaperScalePick,
     PipelineOverhead,
 )
 from harness.slices import TABLE_I_ORDER
@@ -39,17 +40,18 @@ _BUBBLE = ("on a single-site link there is no latency for Pipeshard to save, and
 _SAME_BYTES = ("this suite's ZeRO2 reduce-scatters and all-gathers the gradients, as many bytes as Data's all-reduce, "
                "where Alpa's ZeRO2 with microbatches sent an all-reduce and an all-gather (ALPA-WIRE.md): which of "
                "the two is faster is then the collective library's doing, not the wire's")
-_T_PER_GPU = ("the paper's selection algorithm ranks by TFLOP/s per GPU, and on this link the scale model's Pipeshard overheads weigh "
-              "more against its compute than gpt2m's did, so a single VM's T per GPU beats Pipeshard's")
+_T_PER_GPU = ("the paper's selection algorithm ranks by TFLOP/s per GPU, which favours one VM of half the GPUs wherever "
+              "Pipeshard's overheads are a large part of its step: by the cost model that is so at the paper's own "
+              "scale, and this run's Pipeshard carries more overhead still")
+# The published algorithm's step 4 falls short of Pipeshard at the paper's scale already (1 or more).
+PAPER_SCALE_PICK = PaperScalePick(threshold=1.0)
 
 _LINKS = (
     Limit("C1.single-site", ("Pipeshard<Data", "Pipeshard<ZeRO2"), SINGLE_SITE, PIPESHARD_OVERHEAD, _BUBBLE),
     Limit("C2.order", ("Data<ZeRO2",), TWO_SITE, ZERO2_SENDS_AS_DATA, _SAME_BYTES, ALPA_ZERO2_EXTRA),
     Limit("C2.sensitivity", ("ZeRO2>Data",), TABLE_I_ORDER, ZERO2_SENDS_AS_DATA, _SAME_BYTES, ALPA_ZERO2_EXTRA),
     # The gap is how many times Pipeshard's T per GPU would have to grow for step 4 to pick it.
-    # T per GPU already favours one VM at paper scale (the cost model: `predict --slice UTAH-GPN`),
-    # and the mechanism multiplies that: the bound is the loosest here, stated, not measured.
-    Limit("C7.geo-pipeshard", ("picks-Pipeshard",), TWO_SITE, PIPESHARD_OVERHEAD, _T_PER_GPU, 8.0),
+    Limit("C7.geo-pipeshard", ("picks-Pipeshard",), TWO_SITE, PAPER_SCALE_PICK, _T_PER_GPU),
 )
 # The CPU scale model on emulated slices (the timed claims), per kind of link (--link-scaling).
 SCALE_MODEL = {"literal": _LINKS, "similarity": _LINKS}
