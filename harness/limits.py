@@ -218,21 +218,28 @@ def _first_trial(run: Run) -> dict | None:
 
 @dataclass(frozen=True)
 class CollectiveRate(AtMost):
-    """The rate at which the calibrated collectives move bytes between VMs, over the rate one TCP
-    flow carries on the link with no delay (both measured by the run): collectives slower than
-    their link carry a bandwidth group that no link setting can lower."""
-    name = "the collectives' rate against the link's"
+    """What the calibrated collectives take to move one microbatch's activations between VMs (their
+    fixed cost and their rate, measured by the run's calibration trials), against what one TCP flow
+    over the link takes for it (its rate, measured by the run): collectives slower than their link
+    give a bandwidth group that no setting of the link can lower. Read on the smallest message the
+    techniques send each step, where the fixed cost weighs most."""
+    name = "the collectives' time for a message against the link's"
 
     def measure(self, run, comparison=None):
         c = (run.links or {}).get("calibration") or {}
         links = [r["cluster"]["network"].get("link_bytes_per_s") for r in run.trials]
         links = [x for x in links if x]
-        if not c.get("link_bytes_per_s") or not links:
+        r = _first_trial(run)
+        if not c.get("link_bytes_per_s") or not links or r is None:
             return None
-        rate, link = c["link_bytes_per_s"], max(links)
-        return Figure(rate / link, f"the calibrated collectives moved {rate / 1e6:.3g} MB/s between VMs, with "
-                                   f"{c['per_collective_s'] * 1e3:.2g} ms per collective, where one TCP flow carried "
-                                   f"{link / 1e6:.3g} MB/s over the link: {rate / link:.2g}x")
+        rate, link, fixed = c["link_bytes_per_s"], max(links), c["per_collective_s"]
+        b, m = r["batch"], r["model"]
+        message = b["global_batch"] / b["micro_batches"] * b["seq_len"] * m["n_embd"] * (4 if r["precision"] == "float32" else 2)
+        on_link, collective = message / link, fixed + message / rate
+        return Figure(on_link / collective,
+                      f"one microbatch's activations ({message / 1e6:.3g} MB) take the calibrated collectives "
+                      f"{collective * 1e3:.3g} ms ({fixed * 1e3:.2g} ms each, then {rate / 1e6:.3g} MB/s) and one TCP "
+                      f"flow over the link {on_link * 1e3:.3g} ms ({link / 1e6:.3g} MB/s): {on_link / collective:.2g}x")
 
 
 def _paper_setup(slice_gpus: int) -> tuple:

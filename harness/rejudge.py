@@ -50,10 +50,25 @@ def judge(folder: Path) -> list[claims.Verdict]:
     return timed + mem
 
 
+def judge_links(folder: Path) -> dict | None:
+    """The folder's links document (similarity.json) with its groups beyond the tolerance judged
+    again against the declared limits of similarity scaling; None where the run wrote none."""
+    from harness import similarity
+
+    folder = Path(folder)
+    if not (folder / "similarity.json").is_file():
+        return None
+    doc = json.loads((folder / "similarity.json").read_text())
+    trials = [r for r in records.read(results_file(folder)) if not is_memory(r)]
+    misses = similarity.misses(doc, doc.get("tolerance", similarity.TOLERANCE))
+    return {**doc, "misses": limits.judge_misses(misses, deviations.SIMILARITY_GROUPS, limits.Run(trials, [], doc))}
+
+
 def write(folder: Path, verdicts: list[claims.Verdict]) -> None:
-    """claims.json and claims.md of the folder, from today's judgement of its records (the same
-    measurements: a baseline refreshed after a change to the judging, not to the trials)."""
-    from harness import report
+    """claims.json and claims.md of the folder, and its similarity.json's judged groups, from
+    today's judgement of its records (the same measurements: a baseline refreshed after a change
+    to the judging, not to the trials)."""
+    from harness import report, similarity
 
     folder = Path(folder)
     doc = json.loads((folder / "claims.json").read_text())
@@ -63,6 +78,10 @@ def write(folder: Path, verdicts: list[claims.Verdict]) -> None:
     figures = sorted(folder.glob("*.png"))
     (folder / "claims.md").write_text(report.markdown([r for r in recs if not is_memory(r)],
                                                       [r for r in recs if is_memory(r)], dicts, doc["context"], figures))
+    links = judge_links(folder)
+    if links is not None:
+        (folder / "similarity.json").write_text(json.dumps(links, indent=1))
+        (folder / "similarity.md").write_text(similarity.markdown(links))
 
 
 def differences(folder: Path) -> list[str]:
@@ -83,6 +102,15 @@ def differences(folder: Path) -> list[str]:
         for cid in sorted(set(before) | set(after), key=str):
             if before.get(cid) != after.get(cid):
                 out.append(f"{cid}: claims.json says {before.get(cid, 'not made')}, today {after.get(cid, 'not made')}")
+    links = judge_links(folder)
+    if links is not None:
+        recorded = json.loads((folder / "similarity.json").read_text()).get("misses", [])
+        for was, now_ in zip(recorded, links["misses"]):
+            if (was.get("excuse") or {}).get("reason") != (now_["excuse"] or {}).get("reason"):
+                out.append(f"similarity {now_['slice']} {now_['technique']} {now_['group']}: similarity.json says "
+                           f"{(was.get('excuse') or {}).get('reason')}, today {(now_['excuse'] or {}).get('reason')}")
+        if len(recorded) != len(links["misses"]):
+            out.append(f"similarity: similarity.json has {len(recorded)} groups beyond the tolerance, today {len(links['misses'])}")
     return out
 
 
