@@ -3,7 +3,6 @@
 Every part is tried on the tables that used to fool it: a crashed trial (never the paper's x), a
 missing trial (never a win), every trial failed, ties within the noise, and a run with a
 single-site slice only."""
-import pytest
 
 from harness import claims, slices
 from tests_cpu.claim_records import memory, trial

@@ -10,7 +10,6 @@ import argparse
 import datetime
 import json
 import math
-from pathlib import Path
 
 from harness import inputs, measured_selection, selection, slices, trials
 from harness.config import Budget, model_config

@@ -58,17 +58,6 @@ SCALE_MODEL = {"literal": _LINKS, "similarity": _LINKS}
 NONE = "none"  # a backend that declares nothing: GPUs, live slices
 
 
-def declared(name: str) -> tuple:
-    """The timed claims' limits a backend declares, by the name its report records:
-    "emulated-cpu/<links>" or "none"."""
-    if name == NONE:
-        return ()
-    kind, _, links = name.partition("/")
-    if kind != "emulated-cpu" or links not in SCALE_MODEL:
-        raise ValueError(f"no declared limits named {name!r}: expected none or emulated-cpu/"
-                         + " or emulated-cpu/".join(SCALE_MODEL))
-    return SCALE_MODEL[links]
-
 # The groups similarity scaling cannot match with the scale model (the similarity test), each
 # as far as its mechanism reaches in the run.
 SIMILARITY_GROUPS = (
@@ -97,3 +86,15 @@ MEMORY_ANALYSIS = (
                           "gpt2l:Shard-ran", "gpt2l:Pipeshard-ran"), TABLE_I_ORDER, NEAR_USABLE, _SETUP,
           NEAR_USABLE.threshold),
 )
+
+
+def declared(name: str) -> tuple:
+    """The timed claims' limits a backend declares, by the name its report records:
+    "emulated-cpu/<links>" or "none"."""
+    if name == NONE:
+        return ()
+    kind, _, links = name.partition("/")
+    if kind != "emulated-cpu" or links not in SCALE_MODEL:
+        raise ValueError(f"no declared limits named {name!r}: expected none or emulated-cpu/"
+                         + " or emulated-cpu/".join(SCALE_MODEL))
+    return SCALE_MODEL[links]
