@@ -104,13 +104,19 @@ def differences(folder: Path) -> list[str]:
                 out.append(f"{cid}: claims.json says {before.get(cid, 'not made')}, today {after.get(cid, 'not made')}")
     links = judge_links(folder)
     if links is not None:
-        recorded = json.loads((folder / "similarity.json").read_text()).get("misses", [])
-        for was, now_ in zip(recorded, links["misses"]):
-            if (was.get("excuse") or {}).get("reason") != (now_["excuse"] or {}).get("reason"):
-                out.append(f"similarity {now_['slice']} {now_['technique']} {now_['group']}: similarity.json says "
-                           f"{(was.get('excuse') or {}).get('reason')}, today {(now_['excuse'] or {}).get('reason')}")
-        if len(recorded) != len(links["misses"]):
-            out.append(f"similarity: similarity.json has {len(recorded)} groups beyond the tolerance, today {len(links['misses'])}")
+        def by_group(misses):
+            return {(m.get("slice"), m.get("technique"), m.get("group")): (m.get("excuse") or {}).get("reason")
+                    for m in misses}
+
+        before = by_group(json.loads((folder / "similarity.json").read_text()).get("misses", []))
+        after = by_group(links["misses"])
+        for key in sorted(set(before) | set(after), key=str):
+            if key not in after:
+                out.append(f"similarity {' '.join(map(str, key))}: similarity.json has it beyond the tolerance, today within it")
+            elif key not in before:
+                out.append(f"similarity {' '.join(map(str, key))}: similarity.json has it within the tolerance, today beyond it")
+            elif before[key] != after[key]:
+                out.append(f"similarity {' '.join(map(str, key))}: similarity.json says {before[key]}, today {after[key]}")
     return out
 
 

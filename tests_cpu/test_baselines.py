@@ -39,6 +39,20 @@ def test_a_doctored_baseline_is_judged_anew(tmp_path):
     assert any(d.startswith("C1.two-site: claims.json says holds, today contradicted") for d in rejudge.differences(folder))
 
 
+def test_similarity_groups_are_compared_by_slice_technique_and_group_not_by_position(tmp_path):
+    folder = tmp_path / "reordered"
+    shutil.copytree(resources.path("baselines", "quick-similarity"), folder)
+    doc = json.loads((folder / "similarity.json").read_text())
+    assert len(doc["misses"]) >= 2, "the default baseline has groups beyond the tolerance to reorder"
+    doc["misses"].reverse()
+    (folder / "similarity.json").write_text(json.dumps(doc))
+    assert rejudge.differences(folder) == []
+    gone = doc["misses"].pop()
+    (folder / "similarity.json").write_text(json.dumps(doc))
+    said = f"similarity {gone['slice']} {gone['technique']} {gone['group']}: similarity.json has it within the tolerance"
+    assert any(d.startswith(said) for d in rejudge.differences(folder)), rejudge.differences(folder)
+
+
 def test_the_baselines_are_those_the_readme_names_and_its_recipe_makes():
     named = set(re.findall(r"harness/resources/baselines/([\w-]+)", README.read_text()))
     assert named == {p.name for p in BASELINES}, named

@@ -390,3 +390,7 @@ def test_c7s_pick_is_excused_as_far_as_the_papers_own_scale_and_this_runs_overhe
     outcome, message = check(c7(9.0), SIMILARITY, run)
     assert outcome == "failed" and "beyond what the mechanism's figure explains" in message, message
     assert check(c7(5.0), SIMILARITY, limits.Run())[0] == "failed"  # no links document: nothing measured
+    # A run whose Pipeshard carries less overhead than gpt2m's cannot lean on the paper's shortfall.
+    light = limits.Run(links=links_doc(GPN, pipeshard_here=1.3, pipeshard_paper=1.6))  # 0.88x as long
+    outcome, message = check(c7(2.0), SIMILARITY, light)
+    assert outcome == "failed" and "does not excuse it" in message and "(the smaller, 0.885x, is the figure)" in message, message
