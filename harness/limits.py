@@ -168,38 +168,6 @@ class PaperScalePick(AtLeast):
                       short * inflation)
 
 
-@dataclass(frozen=True)
-class LinkBytes(AtMost):
-    """Bytes one technique sends across the link per timed step, over another's, counted by the
-    emulated link during this run's trials on all VMs: where they are about equal, the two
-    techniques communicate alike here, whatever their definitions in the paper's stack say."""
-    technique: str = "ZeRO2"
-    reference: str = "Data"
-
-    @property
-    def name(self) -> str:
-        return f"{self.technique}'s bytes on the link against {self.reference}'s"
-
-    def measure(self, run, comparison):
-        per_step = {}
-        for r in run.trials:
-            packets = r["cluster"]["network"].get("packets") or {}
-            times = r["timing"]["step_times_s"][r["timing"]["excluded_warmup_steps"]:]
-            if r["status"] == "ok" and len(r["cluster"]["vms_used"] or []) > 1 and "delivered_bytes" in packets and times:
-                per_step[(r["technique"], r["cluster"]["slice"])] = packets["delivered_bytes"] / len(times)
-        both = [s for (t, s) in per_step if t == self.technique and (self.reference, s) in per_step
-                and per_step[(self.reference, s)] > 0]
-        # The technique's wire is one program everywhere: read it on the comparison's slices, or on
-        # any of the run's where it made none across a link (a single-VM experiment).
-        where = [s for s in both if s in comparison.slices] or both
-        figures = [Figure(per_step[(self.technique, s)] / per_step[(self.reference, s)],
-                          f"{self.technique} sent {per_step[(self.technique, s)] / 1e6:.3g} MB per step across "
-                          f"{s}'s link and {self.reference} {per_step[(self.reference, s)] / 1e6:.3g} MB: "
-                          f"{per_step[(self.technique, s)] / per_step[(self.reference, s)]:.2g}x")
-                   for s in sorted(where)]
-        return max(figures, key=lambda f: f.value, default=None)
-
-
 # -- mechanism of the memory claims ---------------------------------------------------------------
 @dataclass(frozen=True)
 class NearUsable(AtMost):

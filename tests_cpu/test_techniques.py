@@ -74,20 +74,22 @@ def test_shard_with_tensor_parallel_plan_matches(packed, reference):
 
 # ---- structure, read from the compiled HLO of a 2x2 cluster (device i is on VM i // 2) ----
 
-def collectives_of(name, cfg=MODEL, shape=(2, 2), **options):
-    plan = technique(name, micro_batches=1, **options).build(cfg, ClusterShape(*shape), TRAIN, TRAIN.steps)
+def collectives_of(name, cfg=MODEL, shape=(2, 2), micro_batches=1, **options):
+    plan = technique(name, micro_batches=micro_batches, **options).build(cfg, ClusterShape(*shape), TRAIN, TRAIN.steps)
     _, abstract = model.abstract_init(cfg)
     return hlo.of(plan, *plan.abstract_args(abstract, TRAIN.batch_size, TRAIN.seq_len)), shape[1]
 
 
-def test_data_all_reduces_gradients_across_vms():
-    found, dph = collectives_of("Data")
+@pytest.mark.parametrize("micro_batches", [1, MICRO_BATCHES])
+def test_data_all_reduces_gradients_across_vms_once_per_step(micro_batches):
+    found, dph = collectives_of("Data", micro_batches=micro_batches)
     crossing = [c for c in found if c.crosses_hosts(dph)]
     assert {c.op for c in crossing} == {"all-reduce"}
     assert sum(c.elements for c in crossing) >= param_count(MODEL)  # the whole gradient
+    assert not any(c.in_loop for c in crossing)  # after the last microbatch, not inside their loop
 
 
-def test_zero2_reduce_scatters_gradients_and_all_gathers_parameters():
+def test_zero2_with_one_microbatch_reduce_scatters_gradients_and_all_gathers_parameters():
     found, dph = collectives_of("ZeRO2")
     crossing = [c for c in found if c.crosses_hosts(dph)]
     scattered = sum(c.elements for c in crossing if c.op == "reduce-scatter") * 4
@@ -95,6 +97,22 @@ def test_zero2_reduce_scatters_gradients_and_all_gathers_parameters():
     assert scattered >= param_count(MODEL) and gathered >= param_count(MODEL)
     # What is still all-reduced is the loss and the gradient norm: scalars, not gradients.
     assert all(c.elements <= 2 for c in crossing if c.op == "all-reduce")
+
+
+def test_zero2_with_microbatches_all_reduces_and_all_gathers_once_per_step_as_alpa_compiled_it():
+    """ALPA-WIRE.md: with M > 1 Alpa's ZeRO2 all-reduces the whole gradient (the accumulator stays
+    replicated) and all-gathers the parameters, both after the last microbatch: 1.5x Data's bytes."""
+    assert MICRO_BATCHES > 1
+    found, dph = collectives_of("ZeRO2", micro_batches=MICRO_BATCHES)
+    crossing = [c for c in found if c.crosses_hosts(dph)]
+    reduced = sum(c.elements for c in crossing if c.op == "all-reduce" and c.elements > 2)
+    gathered = sum(c.elements for c in crossing if c.op == "all-gather")
+    assert reduced >= param_count(MODEL) and gathered >= param_count(MODEL)
+    assert not any(c.op == "reduce-scatter" for c in crossing) and not any(c.in_loop for c in crossing)
+    data, _ = collectives_of("Data", micro_batches=MICRO_BATCHES)
+    ring_bytes = lambda cs: sum(c.elements * {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1}.get(c.op, 0)
+                                for c in cs if c.crosses_hosts(dph))
+    assert ring_bytes(found) / ring_bytes(data) == pytest.approx(1.5, rel=0.02)
 
 
 def test_gradients_cross_vms_in_buckets_as_gpus_combine_them():

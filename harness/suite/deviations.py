@@ -13,7 +13,6 @@ from harness.limits import (
     GradientsToActivations,
     GroupLimit,
     Limit,
-    LinkBytes,
     NearUsable,
     PaperScalePick,
     PipelineOverhead,
@@ -27,19 +26,11 @@ MIXED_T4 = ("TACC-TACC", "UTAH-GPN")  # 2 RTX + 2 T4
 # Pipeshard's bubble and communication weigh at least this many times what gpt2m's did against
 # its compute: the factor at which a similarity group counts as unmatched.
 PIPESHARD_OVERHEAD = PipelineOverhead(threshold=similarity.TOLERANCE)
-# Alpa's ZeRO2 with microbatches sent an all-reduce and an all-gather, 1.5 times Data's bytes
-# (ALPA-WIRE.md); this suite's sends what Data sends. Below 1.25 times, the run shows the difference.
-ZERO2_SENDS_AS_DATA = LinkBytes(threshold=1.25, technique="ZeRO2", reference="Data")
-# Taking away ZeRO2's extra half of Data's bytes can turn the two by at most that factor.
-ALPA_ZERO2_EXTRA = 1.5
 NEAR_USABLE = NearUsable(threshold=1.5)
 
 _BUBBLE = ("on a single-site link there is no latency for Pipeshard to save, and the scale model's Pipeshard pays a "
            "pipeline bubble (fewer microbatches than the paper's setup) and transfers whose fixed costs weigh more "
            "against its compute than gpt2m's did")
-_SAME_BYTES = ("this suite's ZeRO2 reduce-scatters and all-gathers the gradients, as many bytes as Data's all-reduce, "
-               "where Alpa's ZeRO2 with microbatches sent an all-reduce and an all-gather (ALPA-WIRE.md): which of "
-               "the two is faster is then the collective library's doing, not the wire's")
 _T_PER_GPU = ("the paper's selection algorithm ranks by TFLOP/s per GPU, which favours one VM of half the GPUs wherever "
               "Pipeshard's overheads are a large part of its step: by the cost model that is so at the paper's own "
               "scale, and this run's Pipeshard carries more overhead still")
@@ -48,8 +39,6 @@ PAPER_SCALE_PICK = PaperScalePick(threshold=1.0)
 
 _LINKS = (
     Limit("C1.single-site", ("Pipeshard<Data", "Pipeshard<ZeRO2"), SINGLE_SITE, PIPESHARD_OVERHEAD, _BUBBLE),
-    Limit("C2.order", ("Data<ZeRO2",), TWO_SITE, ZERO2_SENDS_AS_DATA, _SAME_BYTES, ALPA_ZERO2_EXTRA),
-    Limit("C2.sensitivity", ("ZeRO2>Data",), TABLE_I_ORDER, ZERO2_SENDS_AS_DATA, _SAME_BYTES, ALPA_ZERO2_EXTRA),
     # The gap is how many times Pipeshard's T per GPU would have to grow for step 4 to pick it.
     Limit("C7.geo-pipeshard", ("picks-Pipeshard",), TWO_SITE, PAPER_SCALE_PICK, _T_PER_GPU),
 )

@@ -24,7 +24,8 @@ from harness.config import model_config
 from harness.suite import checks, claims_tests, deviations, options
 
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
-           "test_the_link_dropped_no_packet_of_any_trial", "test_the_links_were_calibrated_on_real_trials",
+           "test_the_link_dropped_no_packet_of_any_trial", "test_zero2_put_alpas_bytes_on_the_link",
+           "test_the_links_were_calibrated_on_real_trials",
            "test_the_links_give_the_scale_model_the_papers_groups",
            "memory_table", "test_memory_claim", "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
@@ -78,6 +79,29 @@ def test_the_link_dropped_no_packet_of_any_trial(backend, claims_log):
         assert network["packets"]["packets"] > 0, f"{where}: no packet crossed the link"
         drops = {k: n for k, n in network["packets"].items() if k.startswith("dropped_") and n}
         assert not drops, f"{where}: the link dropped packets {drops}"
+
+
+# Alpa's ZeRO2 with microbatches all-reduces the gradients and all-gathers the parameters, half
+# again Data's bytes (ALPA-WIRE.md); with one microbatch it reduce-scatters, and sends Data's.
+ZERO2_OVER_DATA = {True: 1.5, False: 1.0}
+WIRE_TOLERANCE = 0.1  # headers, acknowledgements and the scalar collectives, as a share of the bytes
+
+
+def test_zero2_put_alpas_bytes_on_the_link(backend, claims_log):
+    """The wire as the emulated link counted it during the timed steps: on every slice, ZeRO2's
+    bytes per step over Data's are what Alpa's ZeRO2 sent."""
+    per_step = {}
+    for r in checks.ensure_trials(backend.runner, claims_log, backend.trials):
+        packets, timing = r["cluster"]["network"].get("packets") or {}, r["timing"]
+        timed = len(timing["step_times_s"]) - timing["excluded_warmup_steps"]
+        if r["status"] == "ok" and len(r["cluster"]["vms_used"]) > 1 and timed > 0:
+            per_step[(r["technique"], r["cluster"]["slice"])] = packets["delivered_bytes"] / timed
+    want = ZERO2_OVER_DATA[backend.runner.budget.micro_batches > 1]
+    ratios = {s: per_step[("ZeRO2", s)] / per_step[("Data", s)] for (t, s) in per_step
+              if t == "ZeRO2" and ("Data", s) in per_step}
+    assert ratios, "no slice has both ZeRO2 and Data across its link"
+    for s, ratio in ratios.items():
+        assert ratio == pytest.approx(want, rel=WIRE_TOLERANCE), f"{s}: ZeRO2 sent {ratio:.3f}x Data's bytes, not {want}x"
 
 
 def test_the_links_were_calibrated_on_real_trials(backend, claims_log):

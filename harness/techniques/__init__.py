@@ -1,25 +1,29 @@
 """The paper's four techniques, named and defined as Alpa's classes (docs/design.md, section 1).
 
-Each technique turns (model config, cluster shape, training config) into a Plan: the parameter
-layout and shardings, the optimizer state's, and a compiled train step; Plan.describe() says
-what it does in words. The model code knows nothing of any of it.
+Each technique is one file and one registered class (contract.py): it turns (model config,
+cluster shape, training config) into a Plan, the parameter layout and shardings, the optimizer
+state's, and a compiled train step, with Plan.describe() saying what it does in words; and it
+says what one step costs, its wire included. The model code knows nothing of any of it.
 """
 from harness.config import Technique
 from harness.errors import BadInput
 from harness.techniques.common import ClusterShape, Plan
+from harness.techniques.contract import REGISTRY, register
+# Each registers itself on import: in the paper's order, the order the registry lists them in.
 from harness.techniques.data_parallel import DataParallel
-from harness.techniques.pipeshard import PipeshardParallel
-from harness.techniques.shard_parallel import ShardParallel
 from harness.techniques.zero2 import Zero2Parallel
+from harness.techniques.shard_parallel import ShardParallel
+from harness.techniques.pipeshard import PipeshardParallel, stage_mesh
 
-TECHNIQUES = {cls.name: cls for cls in (DataParallel, Zero2Parallel, ShardParallel, PipeshardParallel)}
+# Every registered technique by name: the paper's four (config.Technique) and any added beside them.
+TECHNIQUES = REGISTRY
 
 
 def mesh_shape(name: str, hosts: int, devices_per_host: int) -> ClusterShape:
     """The mesh a technique compiles for on `hosts` VMs. On one VM, Pipeshard's stages are the VM's
     GPUs (Alpa's 1x1 submeshes); every other technique uses the VMs' GPUs as one mesh."""
-    if hosts == 1 and name == Technique.PIPESHARD:
-        return ClusterShape(devices_per_host, 1)
+    if name == Technique.PIPESHARD:
+        return stage_mesh(hosts, devices_per_host)
     return ClusterShape(hosts, devices_per_host)
 
 
@@ -30,4 +34,5 @@ def technique(name: str, **options):
         raise BadInput(f"unknown technique {name!r}; expected one of {', '.join(TECHNIQUES)}") from None
 
 
-__all__ = ["TECHNIQUES", "ClusterShape", "Plan", "mesh_shape", "technique"]
+__all__ = ["TECHNIQUES", "ClusterShape", "DataParallel", "PipeshardParallel", "Plan", "ShardParallel",
+           "Zero2Parallel", "mesh_shape", "register", "technique"]

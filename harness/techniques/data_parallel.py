@@ -15,8 +15,10 @@ from harness import model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
 from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
+from harness.techniques.contract import ALL_REDUCE, SCALAR, Collective, Cost, Step, activations, gradient_buckets, register
 
 
+@register
 class DataParallel:
     name = Technique.DATA
 
@@ -64,3 +66,16 @@ class DataParallel:
                      "gradient sync": f"all-reduce over all {n} devices (crosses VMs)"
                                       + (", in buckets of up to 30 MiB" if self.combine else "")},
         )
+
+    @staticmethod
+    def cost(s: Step) -> Cost:
+        """Every GPU holds everything; the gradients are all-reduced once per step, after the last
+        microbatch (Alpa's accumulation skips the sync on the others), in buckets back to back."""
+        everywhere = (s.hosts, s.d)
+        wire = [Collective(ALL_REDUCE, gradient_buckets(s.cfg, s.net, buckets.ALL_REDUCE_COMBINE_BYTES), everywhere,
+                           what="the gradients"),
+                Collective(ALL_REDUCE, (SCALAR,), everywhere, what="the loss")]
+        state = 16 * s.params  # parameters, gradients, Adam's two moments, float32
+        return Cost(s.total_flops / s.gpus / s.slowest, wire,
+                    state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1),
+                    notes=[f"{len(wire[0].nbytes)} buckets"])

@@ -31,6 +31,7 @@ from harness import flops, model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.techniques.common import ALL, DEVICES, HOSTS, ClusterShape, Plan, check_divisible, make_mesh, microbatches
+from harness.techniques.contract import ALL_REDUCE, RING_PASS, SCALAR, SEND, Collective, Cost, Step, activations, register
 
 
 def balance(n_layers: int, n_stages: int, layer_cost: float, last_extra: float) -> list[int]:
@@ -56,6 +57,58 @@ def stage_sizes(model_cfg: GPTConfig, n_stages: int, batch: int, seq_len: int) -
     return balance(model_cfg.n_layer, n_stages, layer, head)
 
 
+def stage_mesh(hosts: int, devices_per_host: int) -> ClusterShape:
+    """Pipeshard's stages (hosts of the shape) and the GPUs of each: one stage per VM; on one VM,
+    one per GPU (Alpa's 1x1 submeshes)."""
+    return ClusterShape(devices_per_host, 1) if hosts == 1 else ClusterShape(hosts, devices_per_host)
+
+
+def pipeline_cost(s: Step) -> Cost:
+    """The pipeline over the stages build cuts: the slowest stage sets the pace, the bubble idles
+    (stages - 1) stage-times, every tick moves activations forward and gradients back; inside a
+    stage its GPUs all-reduce their gradients, and the tied embedding's crosses the VMs."""
+    from harness.techniques.pipeshard_stages import in_flight
+
+    cfg, m = s.cfg, s.m
+    mesh = stage_mesh(s.hosts, s.d)
+    stages, per_stage = mesh.hosts, mesh.devices_per_host
+    if stages > cfg.n_layer:
+        raise BadInput(f"Pipeshard cannot run {cfg.name} on {s.hosts} VMs: one stage per VM, and it has "
+                       f"{cfg.n_layer} layers")
+    head = flops.head_flops(cfg, s.batch, s.seq, recompute=s.remat)
+    layer = (s.total_flops - head) / cfg.n_layer
+    blocks = stage_sizes(cfg, stages, s.batch, s.seq)  # the cut build makes
+    rates = [f * per_stage for f in s.devices.flops] if s.hosts > 1 else [s.devices.flops[0]] * s.d
+    work = [n * layer + (head if i == stages - 1 else 0) for i, n in enumerate(blocks)]
+    stage_time = max(w / m / r for w, r in zip(work, rates))  # one microbatch, forward and backward
+    # Between stages: across the VMs, or between the GPUs of one VM.
+    between = (2, 1) if s.hosts > 1 else (1, 2)
+    ring = (stages, 1) if s.hosts > 1 else (1, stages)
+    act = s.batch / m * s.seq * cfg.n_embd * s.value  # one microbatch's activations at a layer boundary
+    vocab = cfg.vocab_size * cfg.n_embd
+    ends = vocab if cfg.tie_embeddings else 2 * vocab
+    stage_params = s.params if stages == 1 else (s.params - ends) / stages + vocab
+    wire = [Collective(ALL_REDUCE, (4 * stage_params,), (1, per_stage), what="a stage's gradients inside its VM")]
+    if stages > 1:
+        # Stages move in lockstep: every tick ends with a transfer forward, and its transpose in
+        # the backward pass with one back, so each tick pays one transfer each way.
+        wire.append(Collective(SEND, (act / per_stage,), between, times=2 * (m + stages - 1), per_microbatch=True,
+                               what="activations forward and their gradients back"))
+        # the loss and the gradient norm, around the stages (one stage keeps them)
+        wire.append(Collective(RING_PASS, (SCALAR,), ring, times=2, what="the loss and the gradient norm"))
+        if cfg.tie_embeddings:  # the first stage's embedding and the last's head are one matrix
+            wire.append(Collective(ALL_REDUCE, (4 * vocab,), between, what="the tied embedding's gradient"))
+    micro = s.batch / m / per_stage  # sequences of one microbatch on one GPU of a stage
+    held = in_flight(s.schedule, 0, stages, m)  # the first stage holds the most
+    if s.remat:  # keeps each microbatch's stage input; recomputes one microbatch's activations at a time
+        kept = held * micro * s.seq * cfg.n_embd * s.value + activations(cfg, micro, s.seq, s.value, 1, max(blocks))
+    else:
+        kept = held * activations(cfg, micro, s.seq, s.value, 1, max(blocks))
+    return Cost(m * stage_time, wire, 16 * stage_params + kept, bubble_s=(stages - 1) * stage_time,
+                notes=[f"blocks per stage {blocks}"])
+
+
+@register
 class PipeshardParallel:
     name = Technique.PIPESHARD
 
@@ -115,6 +168,8 @@ class PipeshardParallel:
                      "between VMs": "activations and their gradients by collective-permute"
                                     + ("; tied embedding gradient summed across first and last stage" if tied else "")},
         )
+
+    cost = staticmethod(pipeline_cost)
 
 
 def _varying_zeros(shape=(), dtype=jnp.float32):

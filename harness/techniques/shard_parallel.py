@@ -25,6 +25,7 @@ from harness.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.netmodel import Links
 from harness.techniques.common import ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
+from harness.techniques.contract import ALL_REDUCE, Collective, Cost, Step, activations, register
 
 AXES = ("hosts_data", "hosts_tensor", "devices_data", "devices_tensor")
 DATA, TENSOR = ("hosts_data", "devices_data"), ("hosts_tensor", "devices_tensor")
@@ -151,6 +152,7 @@ def dict_path(path) -> tuple[str, ...]:
     return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
 
 
+@register
 class ShardParallel:
     name = Technique.SHARD
 
@@ -211,3 +213,28 @@ class ShardParallel:
                                        f"+ data comm {est['data_comm_s'] * 1e3:.2f}",
                      "plans considered": considered},
         )
+
+    @staticmethod
+    def cost(s: Step) -> Cost:
+        """Planned as Alpa plans it (the mesh seen as uniform): activations all-reduced four times
+        per layer and microbatch on the tensor axis, each parameter's gradient per layer and
+        microbatch on the data axis (GSPMD puts them inside the loops)."""
+        cfg, m = s.cfg, s.m
+        plan, _, _ = choose(ClusterShape(s.hosts, s.d), cfg, s.batch, s.seq, m, Links(), 1e12)
+        t, data = plan.tensor_size, plan.data_size
+        head = flops.head_flops(cfg, s.batch, s.seq)
+        compute = ((s.total_flops - head) / (data * t) + head / data) / s.slowest
+        block = flops.block_params(cfg)
+        other = s.params - cfg.n_layer * block
+        act_local = s.batch / data / m * s.seq * cfg.n_embd * s.value
+        # 12 tensors per block, and the embeddings' and final LayerNorm's 4, per microbatch.
+        wire = [Collective(ALL_REDUCE, (act_local,), plan.tensor, times=4 * cfg.n_layer * m, per_microbatch=True,
+                           what="activations on the tensor axis"),
+                Collective(ALL_REDUCE, (4 * block / t / 12,), plan.data, times=12 * cfg.n_layer * m,
+                           per_microbatch=True, what="the blocks' gradients on the data axis"),
+                Collective(ALL_REDUCE, (4 * other / 4,), plan.data, times=4 * m, per_microbatch=True,
+                           what="the embeddings' and final LayerNorm's gradients on the data axis")]
+        local = cfg.n_layer * block / t + other
+        memory = (8 * local + 8 * local / (data if plan.shard_optimizer else 1)
+                  + activations(cfg, s.batch / data / m, s.seq, s.value, t))
+        return Cost(compute, wire, memory, notes=[f"plan (Alpa's, mesh seen as uniform): {plan}"])

@@ -2,14 +2,19 @@
 
 Every device holds the whole model and takes 1/N of the batch, as in Data. Each parameter is
 viewed as a flat vector cut into N equal chunks (padded at the end); device i owns chunk i:
-1. gradients are reduce-scattered, so device i receives only the summed chunk i;
+1. gradients are synced once per step, after the last microbatch, so that device i holds the
+   summed chunk i;
 2. device i keeps Adam's moments for chunk i alone (1/N of Data's optimizer state) and updates
    chunk i of the parameters;
 3. the updated chunks are all-gathered, so every device again holds the whole model.
-Reduce-scatter plus all-gather move as many bytes as one all-reduce, in two collectives. With
-combine, both travel in buckets of up to 30 MiB, as XLA's GPU combiners send them (buckets.py): a
-bucket's tensors, each viewed as [N, chunk], side by side, so that device i still receives chunk i
-of each.
+How step 1 crosses the network is what Alpa's compiler made of it (ALPA-WIRE.md, "ZeRO2 with
+M>1"): with more than one microbatch its gradient-accumulation rewrite keeps the accumulator
+replicated, so the sync is a full all-reduce, after which each device keeps its chunk: 1.5 times
+Data's bytes with the all-gather, "50% communication overhead" in Alpa's own comment. With one
+microbatch it is a reduce-scatter, and the step moves what Data's does, in two collectives. With
+combine, the collectives travel in buckets of up to 30 MiB, as XLA's GPU combiners send them
+(buckets.py): for a reduce-scatter, a bucket's tensors, each viewed as [N, chunk], side by side,
+so that device i still receives chunk i of each.
 """
 import math
 
@@ -22,6 +27,8 @@ from harness import model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
 from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
+from harness.techniques.contract import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SCALAR, Collective, Cost, Step,
+                                         activations, gradient_buckets, register)
 
 
 def chunked(x, n: int):
@@ -30,6 +37,13 @@ def chunked(x, n: int):
     return jnp.pad(flat, (0, -flat.size % n))
 
 
+def mine(flat, n: int):
+    """This device's chunk (of n) of a flat vector padded by chunked."""
+    size = flat.size // n
+    return jax.lax.dynamic_slice_in_dim(flat, jax.lax.axis_index(ALL) * size, size)
+
+
+@register
 class Zero2Parallel:
     name = Technique.ZERO2
 
@@ -46,6 +60,10 @@ class Zero2Parallel:
         mesh = make_mesh(shape, devices)
         n = shape.n_devices
         graphdef, abstract = model.abstract_init(model_cfg)
+
+        def all_reduce_then_keep_mine(grads):
+            summed = buckets.psum(grads, ALL) if self.combine else jax.tree.map(lambda g: jax.lax.psum(g, ALL), grads)
+            return jax.tree.map(lambda g: mine(chunked(g, n), n), summed)
 
         def reduce_scatter(grads):
             if not self.combine:
@@ -74,12 +92,11 @@ class Zero2Parallel:
             grad_fn = jax.value_and_grad(lambda p, x, y: model.loss_fn(graphdef, p, x, y))
             loss, grads = accumulate(grad_fn, local, inputs, targets, self.micro_batches)
             loss = jax.lax.psum(loss, ALL) / n
-            # 1. reduce-scatter: this device receives the sum of its chunk of every gradient.
-            grad_chunks = jax.tree.map(lambda c: c / n, reduce_scatter(grads))
+            # 1. this device's chunk of every gradient, summed over all devices, once per step.
+            sync = all_reduce_then_keep_mine if self.micro_batches > 1 else reduce_scatter
+            grad_chunks = jax.tree.map(lambda c: c / n, sync(grads))
             # 2. update this device's chunk with this device's part of the optimizer state.
-            me = jax.lax.axis_index(ALL)
-            param_chunks = jax.tree.map(lambda p, g: jax.lax.dynamic_slice_in_dim(chunked(p, n), me * g.size, g.size),
-                                        params, grad_chunks)
+            param_chunks = jax.tree.map(lambda p: mine(chunked(p, n), n), params)
             updates, opt_chunks = optimizer.update(grad_chunks, opt_chunks, param_chunks)
             new_chunks = optax.apply_updates(param_chunks, updates)
             # 3. all-gather: every device gets the whole updated model back.
@@ -104,6 +121,30 @@ class Zero2Parallel:
             details={"parameters": "replicated on every device",
                      "optimizer state": f"partitioned: each device keeps 1/{n} of Adam's moments",
                      "batch": f"split over all {n} devices",
-                     "gradient sync": f"reduce-scatter, then all-gather of updated parameters, over all {n} devices"
+                     "gradient sync": ("all-reduce (Alpa's with microbatches)" if self.micro_batches > 1
+                                       else "reduce-scatter")
+                                      + f", then all-gather of updated parameters, over all {n} devices, once per step"
                                       + (", in buckets of up to 30 MiB" if self.combine else "")},
         )
+
+    @staticmethod
+    def cost(s: Step) -> Cost:
+        """As build compiles it: the gradients synced once per step (all-reduced with microbatches,
+        reduce-scattered with one) and the parameters all-gathered, in buckets back to back; the
+        loss and the norm of the split gradients all-reduced as scalars."""
+        everywhere = (s.hosts, s.d)
+        if s.m > 1:
+            sync = Collective(ALL_REDUCE, gradient_buckets(s.cfg, s.net, buckets.ALL_REDUCE_COMBINE_BYTES), everywhere,
+                              what="the gradients (Alpa's with microbatches: the accumulator stays whole)")
+        else:
+            sync = Collective(REDUCE_SCATTER, gradient_buckets(s.cfg, s.net, buckets.REDUCE_SCATTER_COMBINE_BYTES),
+                              everywhere, what="the gradients")
+        gather = Collective(ALL_GATHER, gradient_buckets(s.cfg, s.net, buckets.ALL_GATHER_COMBINE_BYTES), everywhere,
+                            what="the updated parameters")
+        wire = [sync, gather, Collective(ALL_REDUCE, (SCALAR,), everywhere, times=2, what="the loss and the norm")]
+        # the whole model; its gradient and moments split (+ the full gradients before the scatter,
+        # which on one GPU are the split ones)
+        state = 4 * s.params + 12 * s.params / s.gpus + (4 * s.params if s.gpus > 1 else 0)
+        return Cost(s.total_flops / s.gpus / s.slowest, wire,
+                    state + activations(s.cfg, s.batch / s.gpus / s.m, s.seq, s.value, 1),
+                    notes=[f"{sync.kind} + all-gather, {len(gather.nbytes)} buckets"])

@@ -1,0 +1,117 @@
+"""The one description of a technique that the rest of the suite reads.
+
+A technique is one class in its own file, registered here (register), and it answers for itself:
+- build(...) -> Plan: its parameter layout and compiled step (trials, the memory analysis);
+- cost(step) -> Cost: its compute, its pipeline's bubble, its memory per GPU, and its wire:
+  every collective of one step, with the ranks it spans (which VMs it crosses), how many per
+  step, whether they sit inside the microbatch loop, and their bytes.
+`predict` (costmodel.py) prices the wire and never asks which technique it prices; similarity
+scaling and the cost model's check read predict; a test compares each wire with the compiled HLO.
+
+The paper's claims run the paper's four (config.Technique), not whatever is registered: a
+technique added here is trialled, predicted and reported, and changes no verdict about the paper.
+"""
+from dataclasses import dataclass, field
+
+from harness import flops
+from harness.config import GPTConfig
+from harness.netmodel import Network
+from harness.techniques import buckets
+
+# Kinds of what a step puts on the wire. Ring collectives, as NCCL runs them:
+ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all-reduce", "reduce-scatter", "all-gather"
+# Point to point: a tensor from one stage to the next; a scalar passed around the ring of stages.
+SEND, RING_PASS = "send", "ring-pass"
+POINT_TO_POINT = (SEND, RING_PASS)
+PHASES = {ALL_REDUCE: 2, REDUCE_SCATTER: 1, ALL_GATHER: 1}  # a ring all-reduce is both halves
+SCALAR = 4  # bytes of one float32 (a loss, a norm)
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str
+    nbytes: tuple[float, ...]  # per rank; several: buckets sent back to back, one ring each
+    over: tuple[int, int]  # its ranks: (VMs, GPUs per VM)
+    times: int = 1  # in one step
+    per_microbatch: bool = False  # inside the microbatch loop (times counts all of them)
+    what: str = ""
+
+    @property
+    def crosses_vms(self) -> bool:
+        return self.over[0] > 1
+
+
+@dataclass
+class Cost:
+    compute_s: float
+    wire: list[Collective]
+    memory_bytes: float  # per GPU, on the fullest
+    bubble_s: float = 0.0  # a pipeline's idle ticks
+    notes: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What every technique's cost is computed from: one step of `cfg` on the VMs used."""
+    cfg: GPTConfig
+    net: Network
+    devices: object  # costmodel.Devices: FLOP/s and memory of each GPU used
+    hosts: int
+    d: int  # GPUs per VM
+    rtt: float  # seconds, the largest between two of the VMs used
+    seq: int
+    batch: int  # global, sequences
+    m: int  # microbatches
+    value: int  # bytes per activation value
+    remat: bool  # Pipeshard recomputes its stages
+    schedule: str = "1f1b"  # Pipeshard's, which sets the microbatches a stage keeps
+
+    @property
+    def gpus(self) -> int:
+        return self.hosts * self.d
+
+    @property
+    def total_flops(self) -> float:
+        return flops.alpa_step_flops(self.cfg, self.batch, self.seq, recompute=self.remat)
+
+    @property
+    def slowest(self) -> float:
+        return min(self.devices.flops)
+
+    @property
+    def params(self) -> int:
+        return flops.param_count(self.cfg)
+
+
+def gradient_buckets(cfg: GPTConfig, net: Network, threshold: int) -> tuple[float, ...]:
+    """Bytes of each collective that carries a step's float32 gradients: Alpa's tensors in buckets
+    as GPUs combine them (buckets.py), or, on a per-tensor runtime, each tensor of this suite's
+    scanned model alone."""
+    if net.per_tensor:
+        return tuple(4 * n for n in flops.tensor_sizes(cfg, scanned=True))
+    sizes = [4 * n for n in flops.tensor_sizes(cfg)]
+    return tuple(sum(sizes[i] for i in group) for group in buckets.plan(sizes, threshold))
+
+
+def activations(cfg: GPTConfig, micro_batch: float, seq: int, value: int, tensor: int = 1,
+                layers: float | None = None) -> float:
+    """Bytes one device keeps for the backward pass of one microbatch: per layer s b (5 h + 12 h / t)
+    + 2.5 a s^2 b / t values (Korthikanti et al. 2022, without dropout masks, split by tensor
+    parallelism t; the same rule shard_parallel plans with), plus the logits and their gradient."""
+    layers = cfg.n_layer if layers is None else layers
+    h, a = cfg.n_embd, cfg.n_head
+    per_layer = seq * micro_batch * (5 * h + 12 * h / tensor) + 2.5 * a * seq**2 * micro_batch / tensor
+    return (layers * per_layer + 2 * micro_batch * seq * cfg.vocab_size) * value
+
+
+REGISTRY: dict = {}
+
+
+def register(cls):
+    """A technique class (name, validate, build, cost) into the registry, by its name."""
+    for needed in ("name", "validate", "build", "cost"):
+        if not hasattr(cls, needed):
+            raise TypeError(f"technique {cls.__name__} has no {needed}: a technique answers for all of "
+                            "name, validate, build and cost")
+    REGISTRY[str(cls.name)] = cls
+    return cls
