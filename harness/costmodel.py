@@ -49,6 +49,7 @@ class Prediction:
     memory_limit_bytes: float
     epochs_s: float | None
     notes: list = field(default_factory=list)
+    wire: list = field(default_factory=list)  # every collective of the step, with its seconds (see wire_row)
 
     @property
     def fits(self) -> bool:
@@ -59,7 +60,7 @@ class Prediction:
                 "terms_s": {k: round(v, 6) for k, v in self.terms.items()}, "step_s": self.step_s,
                 "tflops_per_gpu": self.tflops_per_gpu, "memory_gb": self.memory_bytes / 1e9,
                 "memory_limit_gb": self.memory_limit_bytes / 1e9, "fits": self.fits,
-                "epochs_s": self.epochs_s, "notes": self.notes}
+                "epochs_s": self.epochs_s, "notes": self.notes, "wire": self.wire}
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,24 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
                 m=setup.micro_batches, value=BYTES[setup.precision],
                 remat=technique == Technique.PIPESHARD and setup.remat, schedule=setup.pipeline_schedule)
     cost = REGISTRY[technique].cost(step)
+    wire = [wire_row(c, price(c, step.net, step.rtt)) for c in cost.wire]
     terms = {"compute": cost.compute_s,
-             "collectives": sum(price(c, step.net, step.rtt) for c in cost.wire if c.kind not in POINT_TO_POINT),
+             "collectives": sum(w["seconds"] for w in wire if w["kind"] not in POINT_TO_POINT),
              "pipeline_bubble": cost.bubble_s,
-             "pipeline_transfers": sum(price(c, step.net, step.rtt) for c in cost.wire if c.kind in POINT_TO_POINT)}
+             "pipeline_transfers": sum(w["seconds"] for w in wire if w["kind"] in POINT_TO_POINT)}
     memory, notes = cost.memory_bytes, cost.notes
     step_s = sum(terms.values())
     steps_per_epoch = dataset_tokens / (step.batch * step.seq) if dataset_tokens else 0
     return Prediction(technique, tuple(vms), step.gpus, terms, step_s, step.total_flops / step_s / step.gpus / 1e12,
                       memory, min(devices.memory), step_s * steps_per_epoch * epochs if steps_per_epoch else None,
-                      notes)
+                      notes, wire)
+
+
+def wire_row(c: Collective, seconds: float) -> dict:
+    """One collective of a step as predict reports it: what it carries, where, how often, how long."""
+    return {"kind": c.kind, "what": c.what, "bytes_per_rank": sum(c.nbytes), "buckets": len(c.nbytes),
+            "vms": c.over[0], "gpus_per_vm": c.over[1], "crosses_vms": c.crosses_vms, "times": c.times,
+            "per_microbatch": c.per_microbatch, "seconds": seconds}
 
 
 def placements(sl: slices.Slice) -> list[tuple[str, ...]]:

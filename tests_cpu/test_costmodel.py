@@ -16,6 +16,7 @@ from harness import costmodel, measured_link, netmodel, slices
 from harness.cli import main
 from harness.config import Setup, model_config
 from harness.errors import BadInput
+from harness.flops import param_count
 from harness.netmodel import Network
 from tests_cpu import slice_files
 
@@ -149,6 +150,22 @@ def test_a_faster_gpu_computes_faster_and_memory_decides_what_fits():
     assert rtx.memory_limit_bytes == int(0.9 * 24 * 2**30) and t4.memory_limit_bytes == int(0.9 * 16 * 2**30)
     big = Setup(batch_per_gpu=16)
     assert not costmodel.predict("Data", sl, ("vm2",), GPT2M, big).fits
+
+
+def test_every_term_of_communication_is_the_sum_of_the_wire_predict_reports():
+    sl = slices.load("BRIS-STAR")
+    for t in ("Data", "ZeRO2", "Shard", "Pipeshard"):
+        p = costmodel.predict(t, sl, ("vm1", "vm2"), GPT2M).to_dict()
+        by_term = {"collectives": 0.0, "pipeline_transfers": 0.0}
+        for w in p["wire"]:
+            by_term["pipeline_transfers" if w["kind"] in ("send", "ring-pass") else "collectives"] += w["seconds"]
+        assert by_term["collectives"] == pytest.approx(p["terms_s"]["collectives"], abs=1e-5), t
+        assert by_term["pipeline_transfers"] == pytest.approx(p["terms_s"]["pipeline_transfers"], abs=1e-5), t
+        json.dumps(p)  # the wire travels in predict --json
+    data = costmodel.predict("Data", sl, ("vm1", "vm2"), GPT2M).wire
+    gradients = next(w for w in data if w["what"] == "the gradients")
+    assert gradients["crosses_vms"] and not gradients["per_microbatch"] and gradients["times"] == 1
+    assert gradients["bytes_per_rank"] == 4 * param_count(GPT2M)
 
 
 def test_pipeshard_pays_the_bubble_and_the_transfers_the_others_do_not():
