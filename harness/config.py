@@ -77,7 +77,17 @@ MODELS = {
     "scale-tiny": GPTConfig("scale-tiny", n_layer=2, n_head=4, n_embd=64, vocab_size=1024, n_positions=64),
     # scale-small is the default for `harness train` and the trials of the claims.
     "scale-small": GPTConfig("scale-small", n_layer=4, n_head=4, n_embd=256, vocab_size=4096, n_positions=128),
+    # scale-similar is geometrically similar to gpt2m as the paper ran it (docs/design.md, "A
+    # geometrically similar scale model"): gpt2m's 24 layers, and at its trial batch (TRIAL_BATCH:
+    # gpt2m's 4 microbatches) its gradients weigh as many microbatches of activations at a stage
+    # boundary as gpt2m's do at the stated setup, and its embedding about the same share of its
+    # parameters; the width sets its compute per gradient byte, which the link's rate then matches.
+    "scale-similar": GPTConfig("scale-similar", n_layer=24, n_head=4, n_embd=128, vocab_size=4096, n_positions=128),
 }
+# The trials' sequences per GPU and microbatches per step, per model: a scale model's geometry is
+# its shape and its batch together. Models not named here train TRIAL_BATCH_DEFAULT.
+TRIAL_BATCH = {"scale-similar": (4, 4)}
+TRIAL_BATCH_DEFAULT = (2, 2)
 
 
 def model_config(name: str) -> GPTConfig:
@@ -155,8 +165,8 @@ class Setup:
 class Budget:
     """What every trial trains: the scale model by default (docs/design.md, section 4)."""
     model: str = "scale-small"
-    batch_per_gpu: int = 2
-    micro_batches: int = 2
+    batch_per_gpu: int | None = None  # None: the model's TRIAL_BATCH
+    micro_batches: int | None = None
     warmup_steps: int = 1
     repeats: int = 5  # timed steps: at least noise.MIN_TIMED_STEPS, for a robust spread
     # Data and ZeRO2 send their gradients in 30 MiB buckets, one collective each, as XLA's GPU
@@ -167,6 +177,9 @@ class Budget:
 
     def __post_init__(self):
         model_config(self.model)  # names the bad model before anything starts
+        for name, default in zip(("batch_per_gpu", "micro_batches"), TRIAL_BATCH.get(self.model, TRIAL_BATCH_DEFAULT)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
         if self.precision not in PRECISIONS:
             raise BadInput(f"trial budget: precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         for name in ("batch_per_gpu", "micro_batches", "repeats"):

@@ -104,13 +104,14 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
     if technique not in REGISTRY:
         raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(REGISTRY)}")
     devices = devices or Devices.of(sl, vms, setup.precision)
+    method = REGISTRY[technique].configured(setup, sl, vms)
     hosts = len(vms)
     step = Step(cfg, net or network_for(sl), devices, hosts, sl.gpus_per_vm,
                 rtt=max((sl.rtt_between(a, b) for a in vms for b in vms if a != b), default=0.0) / 1e3,
                 seq=setup.seq_len or cfg.n_positions, batch=setup.batch_per_gpu * hosts * sl.gpus_per_vm,
                 m=setup.micro_batches, value=BYTES[setup.precision],
-                remat=technique == Technique.PIPESHARD and setup.remat, schedule=setup.pipeline_schedule)
-    cost = REGISTRY[technique].cost(step)
+                remat=method.remat, schedule=setup.pipeline_schedule)
+    cost = method.cost(step)
     wire = [wire_row(c, price(c, step.net, step.rtt)) for c in cost.wire]
     terms = {"compute": cost.compute_s,
              "collectives": sum(w["seconds"] for w in wire if w["kind"] not in POINT_TO_POINT),

@@ -27,10 +27,8 @@ import jax
 from harness import gpu_compiler, model, records, train
 from harness.config import GPTConfig, Setup, TrainConfig
 from harness.hardware import GiB
-from harness.netmodel import Links
 from harness.slices import Slice
-from harness.techniques import TECHNIQUES, ClusterShape, mesh_shape, technique
-from harness.techniques.pipeshard_stages import stage_programs
+from harness.techniques import TECHNIQUES, ClusterShape, technique_class
 
 SOURCE = "xla-cpu-memory-analysis (compile only)"
 # The program is never run, so LLVM need not optimise its machine code: buffer assignment, which
@@ -60,23 +58,6 @@ def placements(sl: Slice, gpus: int) -> list[tuple[list[str], ClusterShape]]:
     raise ValueError(f"slice {sl.name} has {len(sl.vms)} VMs of {per_vm} GPUs: use {per_vm} or {per_vm * len(sl.vms)} GPUs")
 
 
-def technique_for(name: str, shape: ClusterShape, sl: Slice, vms: list[str], a: Setup):
-    """The technique as configured for this slice; the returned shape is the mesh it compiles for."""
-    if name == "Shard" and a.alpa_shard:
-        return technique(name, micro_batches=a.micro_batches), shape
-    if name == "Shard":
-        gpus = [vm.accelerator for vm in sl.vms if vm.name in vms]
-        return technique(name, micro_batches=a.micro_batches, links=Links.for_rtt(sl.rtt_ms),
-                         device_flops=min(g.peak_tflops(a.precision) for g in gpus) * 1e12,
-                         device_memory=min(g.usable_bytes for g in gpus)), shape
-    if name == "Pipeshard":
-        return (technique(name, micro_batches=a.micro_batches, remat=a.remat),
-                mesh_shape(name, shape.hosts, shape.devices_per_host))
-    # The GPU's memory: XLA's GPU combiner hands NCCL the gradients as they are, without the
-    # concatenated copies that combining by hand adds (techniques/buckets.py).
-    return technique(name, micro_batches=a.micro_batches, combine=False), shape
-
-
 def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup, row_gpus: list[str] | None = None,
                    devices_for=None) -> dict:
     """bytes_per_device is the fullest device's need; bytes_per_stage, for Pipeshard, each
@@ -91,15 +72,12 @@ def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup, ro
     devices = (lambda gpu, s: devices_for(gpu, s.hosts, s.devices_per_host)) if devices_for \
         else (lambda gpu, s: jax.devices("cpu"))
     start = time.perf_counter()
-    if tech.name == "Pipeshard":
-        stages = stage_programs(model_cfg, shape, batch, model_cfg.n_positions, a.micro_batches,
-                                a.pipeline_schedule, a.remat)
+    stages = tech.stage_programs(model_cfg, shape, cfg)
+    if stages:
+        plan, programs = stages
         row = ClusterShape(1, shape.devices_per_host)
-        needs = [_bytes(*program.build(shape, cfg, 1, batch, model_cfg.n_positions, devices(gpu, row)), gpu is None)
-                 for program, gpu in zip(stages, rows)]
-        plan = (f"Pipeshard as Alpa compiles it, one program per stage on its VM's {shape.devices_per_host} "
-                f"GPU(s), {a.pipeline_schedule} schedule, {a.micro_batches} microbatches:\n"
-                + "\n".join(f"  {program.describe()}" for program in stages))
+        needs = [_bytes(*program.build(row, cfg, 1, batch, model_cfg.n_positions, devices(gpu, row)), gpu is None)
+                 for program, gpu in zip(programs, rows)]
         return {"bytes_per_device": max(needs), "bytes_per_stage": needs,
                 "compile_s": time.perf_counter() - start, "plan": plan}
     _, abstract = model.abstract_init(model_cfg)
@@ -136,13 +114,12 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
     for vms, shape in placements(sl, gpus):
         used = [vm for vm in sl.vms if vm.name in vms]
         for name in techniques:
-            tech, mesh_shape = technique_for(name, shape, sl, vms, a)
+            tech = technique_class(name).configured(a, sl, vms)
+            mesh_shape = tech.mesh(shape)
             # Mesh row i is the i-th VM used, or, on one VM, one of its stages.
             row_gpus = [vm.gpu for vm in used] if mesh_shape.hosts == len(used) else [used[0].gpu] * mesh_shape.hosts
-            # Only Pipeshard reads the rematerialisation and schedule settings.
-            relevant = a if name == "Pipeshard" else dataclasses.replace(a, remat=False, pipeline_schedule="1f1b")
-            key = (name, model_cfg, mesh_shape, relevant, getattr(tech, "links", None),
-                   getattr(tech, "device_flops", None), getattr(tech, "device_memory", None),
+            # What the programs depend on: the technique as configured, and the batch it compiles for.
+            key = (name, model_cfg, mesh_shape, tech.memory_key(), a.batch_per_gpu,
                    tuple(row_gpus) if compiler else None)
             try:
                 if key not in compiled:

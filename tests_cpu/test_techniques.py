@@ -14,7 +14,7 @@ from harness.errors import BadInput
 from harness.flops import param_count
 from harness.netmodel import Links
 from harness.techniques import TECHNIQUES, ClusterShape, buckets, technique
-from harness.techniques.pipeshard import balance
+from harness.techniques.pipeshard_stages import balance
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, SHAPES, TRAIN, UNTIED
 

@@ -50,7 +50,7 @@ def steps_for(args, sl: slices.Slice) -> int:
     from harness.config import TrainConfig
 
     cfg = model_config(args.model)
-    batch = Budget.batch_per_gpu * sl.gpus_per_vm * len(sl.vms)
+    batch = Budget(model=args.model).batch_per_gpu * sl.gpus_per_vm * len(sl.vms)
     packed = data.prepare(cfg.vocab_size, TrainConfig(batch_size=batch).resolved_seq_len(cfg), batch, data.load_corpus())
     return max(MIN_TIMED_STEPS, math.ceil(args.eps * packed.steps_per_epoch(batch)))
 

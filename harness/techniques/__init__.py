@@ -5,7 +5,6 @@ cluster shape, training config) into a Plan, the parameter layout and shardings,
 state's, and a compiled train step, with Plan.describe() saying what it does in words; and it
 says what one step costs, its wire included. The model code knows nothing of any of it.
 """
-from harness.config import Technique
 from harness.errors import BadInput
 from harness.techniques.common import ClusterShape, Plan
 from harness.techniques.contract import REGISTRY, register
@@ -13,26 +12,27 @@ from harness.techniques.contract import REGISTRY, register
 from harness.techniques.data_parallel import DataParallel
 from harness.techniques.zero2 import Zero2Parallel
 from harness.techniques.shard_parallel import ShardParallel
-from harness.techniques.pipeshard import PipeshardParallel, stage_mesh
+from harness.techniques.pipeshard import PipeshardParallel
 
 # Every registered technique by name: the paper's four (config.Technique) and any added beside them.
 TECHNIQUES = REGISTRY
 
 
 def mesh_shape(name: str, hosts: int, devices_per_host: int) -> ClusterShape:
-    """The mesh a technique compiles for on `hosts` VMs. On one VM, Pipeshard's stages are the VM's
-    GPUs (Alpa's 1x1 submeshes); every other technique uses the VMs' GPUs as one mesh."""
-    if name == Technique.PIPESHARD:
-        return stage_mesh(hosts, devices_per_host)
-    return ClusterShape(hosts, devices_per_host)
+    """The mesh a technique compiles for on `hosts` VMs (ParallelMethod.mesh)."""
+    return technique_class(name).mesh(ClusterShape(hosts, devices_per_host))
 
 
-def technique(name: str, **options):
+def technique_class(name: str):
     try:
-        return TECHNIQUES[name](**options)
+        return TECHNIQUES[name]
     except KeyError:
         raise BadInput(f"unknown technique {name!r}; expected one of {', '.join(TECHNIQUES)}") from None
 
 
+def technique(name: str, **options):
+    return technique_class(name)(**options)
+
+
 __all__ = ["TECHNIQUES", "ClusterShape", "DataParallel", "PipeshardParallel", "Plan", "ShardParallel",
-           "Zero2Parallel", "mesh_shape", "register", "technique"]
+           "Zero2Parallel", "mesh_shape", "register", "technique", "technique_class"]

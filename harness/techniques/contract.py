@@ -1,10 +1,14 @@
 """The one description of a technique that the rest of the suite reads.
 
-A technique is one class in its own file, registered here (register), and it answers for itself:
+A technique is one class in its own file, a ParallelMethod registered here (register), and it
+answers for itself:
 - build(...) -> Plan: its parameter layout and compiled step (trials, the memory analysis);
 - cost(step) -> Cost: its compute, its pipeline's bubble, its memory per GPU, and its wire:
   every collective of one step, with the ranks it spans (which VMs it crosses), how many per
-  step, whether they sit inside the microbatch loop, and their bytes.
+  step, whether they sit inside the microbatch loop, and their bytes;
+- configured(setup, slice, VMs): itself as the paper-scale analyses (memory, predict) run it;
+- mesh(shape): the mesh it compiles for on a group of VMs;
+- stage_programs(...): its memory programs, where it compiles one per stage instead of one step.
 `predict` (costmodel.py) prices the wire and never asks which technique it prices; similarity
 scaling and the cost model's check read predict; a test compares each wire with the compiled HLO.
 
@@ -14,7 +18,7 @@ technique added here is trialled, predicted and reported, and changes no verdict
 from dataclasses import dataclass, field
 
 from harness import flops
-from harness.config import GPTConfig
+from harness.config import GPTConfig, Setup
 from harness.netmodel import Network
 from harness.techniques import buckets
 
@@ -102,6 +106,33 @@ def activations(cfg: GPTConfig, micro_batch: float, seq: int, value: int, tensor
     h, a = cfg.n_embd, cfg.n_head
     per_layer = seq * micro_batch * (5 * h + 12 * h / tensor) + 2.5 * a * seq**2 * micro_batch / tensor
     return (layers * per_layer + 2 * micro_batch * seq * cfg.vocab_size) * value
+
+
+class ParallelMethod:
+    """What every technique answers the same way unless it says otherwise (Alpa's name for them).
+    A subclass gives name, validate, build and cost, and overrides the rest where it differs."""
+    name: str
+    micro_batches: int = 1
+    remat: bool = False  # recomputes activations in the backward pass: the cost model's compute
+
+    @classmethod
+    def configured(cls, setup: Setup, sl, vms) -> "ParallelMethod":
+        """The technique as the paper-scale analyses run it for `setup` on the VMs `vms` of slice `sl`."""
+        return cls(micro_batches=setup.micro_batches)
+
+    @staticmethod
+    def mesh(shape):
+        """The mesh (a ClusterShape) it compiles for on the VMs and GPUs of `shape`."""
+        return shape
+
+    def stage_programs(self, model_cfg: GPTConfig, shape, cfg) -> tuple[str, list] | None:
+        """The programs the memory analysis compiles, one per mesh row, with their description;
+        None: the one step build() compiles, over the whole mesh."""
+        return None
+
+    def memory_key(self) -> str:
+        """Everything of its configuration that its compiled programs depend on."""
+        return repr(sorted(vars(self).items()))
 
 
 REGISTRY: dict = {}

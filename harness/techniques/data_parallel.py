@@ -15,11 +15,13 @@ from harness import model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
 from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
-from harness.techniques.contract import ALL_REDUCE, SCALAR, Collective, Cost, Step, activations, gradient_buckets, register
+from harness.techniques.contract import (
+    ALL_REDUCE, SCALAR, Collective, Cost, ParallelMethod, Step, activations, gradient_buckets, register,
+)
 
 
 @register
-class DataParallel:
+class DataParallel(ParallelMethod):
     name = Technique.DATA
 
     def __init__(self, micro_batches: int = 1, combine: bool = False):

@@ -18,8 +18,6 @@ Layout: every parameter gets a leading stage axis sharded over the VMs. Blocks a
 layer-in-stage, ...], padded to the longest stage with inactive layers; the embeddings live on
 the first stage, the head's LayerNorm (and untied head) on the last, zeros elsewhere.
 """
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,30 +29,10 @@ from harness import flops, model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.techniques.common import ALL, DEVICES, HOSTS, ClusterShape, Plan, check_divisible, make_mesh, microbatches
-from harness.techniques.contract import ALL_REDUCE, RING_PASS, SCALAR, SEND, Collective, Cost, Step, activations, register
-
-
-def balance(n_layers: int, n_stages: int, layer_cost: float, last_extra: float) -> list[int]:
-    """Blocks per stage (contiguous, at least one each) minimising the costliest stage."""
-    @functools.cache
-    def best(layers: int, stages: int) -> tuple[float, tuple[int, ...]]:
-        # The last `stages` stages hold the last `layers` blocks; the very last also runs the head.
-        if stages == 1:
-            return layers * layer_cost + last_extra, (layers,)
-        options = []
-        for here in range(1, layers - stages + 2):
-            rest_cost, rest = best(layers - here, stages - 1)
-            options.append((max(here * layer_cost, rest_cost), (here, *rest)))
-        return min(options)
-
-    return list(best(n_layers, n_stages)[1])
-
-
-def stage_sizes(model_cfg: GPTConfig, n_stages: int, batch: int, seq_len: int) -> list[int]:
-    """Blocks per stage: the cut Pipeshard makes, balancing Alpa's FLOPs (the head's on the last)."""
-    head = flops.head_flops(model_cfg, batch, seq_len)
-    layer = (flops.alpa_step_flops(model_cfg, batch, seq_len) - head) / model_cfg.n_layer
-    return balance(model_cfg.n_layer, n_stages, layer, head)
+from harness.techniques.contract import (
+    ALL_REDUCE, RING_PASS, SCALAR, SEND, Collective, Cost, ParallelMethod, Step, activations, register,
+)
+from harness.techniques.pipeshard_stages import stage_programs, stage_sizes
 
 
 def stage_mesh(hosts: int, devices_per_host: int) -> ClusterShape:
@@ -109,13 +87,32 @@ def pipeline_cost(s: Step) -> Cost:
 
 
 @register
-class PipeshardParallel:
+class PipeshardParallel(ParallelMethod):
     name = Technique.PIPESHARD
 
-    def __init__(self, micro_batches: int = 4, remat: bool = False):
+    def __init__(self, micro_batches: int = 4, remat: bool = False, schedule: str = "1f1b"):
         """remat: recompute each stage's forward in the backward pass instead of keeping its
-        activations (GPipe's rematerialisation; off by default, as in Alpa's example)."""
-        self.micro_batches, self.remat = micro_batches, remat
+        activations (GPipe's rematerialisation; off by default, as in Alpa's example).
+        schedule: the order of forwards and backwards that sets how many microbatches a stage
+        keeps, for the memory programs (stage_programs; Alpa's default, 1F1B); the timed step runs
+        GPipe's order, whose bubble is 1F1B's."""
+        self.micro_batches, self.remat, self.schedule = micro_batches, remat, schedule
+
+    @classmethod
+    def configured(cls, setup, sl, vms) -> "PipeshardParallel":
+        return cls(micro_batches=setup.micro_batches, remat=setup.remat, schedule=setup.pipeline_schedule)
+
+    @staticmethod
+    def mesh(shape: ClusterShape) -> ClusterShape:
+        return stage_mesh(shape.hosts, shape.devices_per_host)
+
+    def stage_programs(self, model_cfg: GPTConfig, shape: ClusterShape, cfg: TrainConfig) -> tuple[str, list]:
+        """As Alpa compiles it (MPMD): one program per stage, on its VM's GPUs."""
+        seq = cfg.resolved_seq_len(model_cfg)
+        stages = stage_programs(model_cfg, shape, cfg.batch_size, seq, self.micro_batches, self.schedule, self.remat)
+        return (f"Pipeshard as Alpa compiles it, one program per stage on its VM's {shape.devices_per_host} GPU(s), "
+                f"{self.schedule} schedule, {self.micro_batches} microbatches:\n"
+                + "\n".join(f"  {program.describe()}" for program in stages)), stages
 
     def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
         if shape.hosts > model_cfg.n_layer:

@@ -1,4 +1,5 @@
-"""Pipeshard as Alpa runs it, for the memory analysis: one program per stage, on its own submesh.
+"""Pipeshard's stages: where the layers are cut (stage_sizes, for the timed technique too) and, for
+the memory analysis, one program per stage on its own submesh, as Alpa runs them.
 
 Alpa's PipeshardParallel is MPMD: it compiles a program per pipeline stage for that stage's
 submesh, so a stage's GPUs hold that stage's layers, their gradients and Adam moments, and the
@@ -19,6 +20,8 @@ In-flight microbatches follow the schedule: Alpa's default, 1F1B
 runs every forward before any backward and holds all m. With rematerialisation a stage keeps only
 each microbatch's input and recomputes one microbatch's activations at a time in the backward.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -26,13 +29,35 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness import model, optim
+from harness import flops, model, optim
 from harness.config import GPTConfig, TrainConfig
 from harness.errors import BadInput
 from harness.techniques.common import DEVICES, ClusterShape, check_divisible, make_mesh
-from harness.techniques.pipeshard import stage_sizes
 
 SCHEDULES = ("1f1b", "gpipe")  # Alpa's choices; 1F1B is its default
+
+
+def balance(n_layers: int, n_stages: int, layer_cost: float, last_extra: float) -> list[int]:
+    """Blocks per stage (contiguous, at least one each) minimising the costliest stage."""
+    @functools.cache
+    def best(layers: int, stages: int) -> tuple[float, tuple[int, ...]]:
+        # The last `stages` stages hold the last `layers` blocks; the very last also runs the head.
+        if stages == 1:
+            return layers * layer_cost + last_extra, (layers,)
+        options = []
+        for here in range(1, layers - stages + 2):
+            rest_cost, rest = best(layers - here, stages - 1)
+            options.append((max(here * layer_cost, rest_cost), (here, *rest)))
+        return min(options)
+
+    return list(best(n_layers, n_stages)[1])
+
+
+def stage_sizes(model_cfg: GPTConfig, n_stages: int, batch: int, seq_len: int) -> list[int]:
+    """Blocks per stage: the cut Pipeshard makes, balancing Alpa's FLOPs (the head's on the last)."""
+    head = flops.head_flops(model_cfg, batch, seq_len)
+    layer = (flops.alpa_step_flops(model_cfg, batch, seq_len) - head) / model_cfg.n_layer
+    return balance(model_cfg.n_layer, n_stages, layer, head)
 
 
 def in_flight(schedule: str, stage: int, n_stages: int, m: int) -> int:
@@ -163,4 +188,4 @@ def stage_programs(model_cfg: GPTConfig, shape: ClusterShape, batch: int, seq: i
     return [StageProgram(model_cfg, sizes, s, micro_batches, schedule, remat) for s in range(shape.hosts)]
 
 
-__all__ = ["SCHEDULES", "StageProgram", "in_flight", "own_parameters", "stage_programs"]
+__all__ = ["SCHEDULES", "StageProgram", "balance", "in_flight", "own_parameters", "stage_programs", "stage_sizes"]

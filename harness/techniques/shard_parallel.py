@@ -25,7 +25,7 @@ from harness.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.netmodel import Links
 from harness.techniques.common import ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
-from harness.techniques.contract import ALL_REDUCE, Collective, Cost, Step, activations, register
+from harness.techniques.contract import ALL_REDUCE, Collective, Cost, ParallelMethod, Step, activations, register
 
 AXES = ("hosts_data", "hosts_tensor", "devices_data", "devices_tensor")
 DATA, TENSOR = ("hosts_data", "devices_data"), ("hosts_tensor", "devices_tensor")
@@ -153,13 +153,24 @@ def dict_path(path) -> tuple[str, ...]:
 
 
 @register
-class ShardParallel:
+class ShardParallel(ParallelMethod):
     name = Technique.SHARD
 
     def __init__(self, micro_batches: int = 1, plan: IntraOpPlan | None = None, links: Links | None = None,
                  device_flops: float = 1e12, device_memory: float | None = None):
         self.micro_batches, self.plan, self.links = micro_batches, plan, links or Links()
         self.device_flops, self.device_memory = device_flops, device_memory
+
+    @classmethod
+    def configured(cls, setup, sl, vms) -> "ShardParallel":
+        """As Alpa plans (setup.alpa_shard): the uniform mesh, no memory budget; otherwise this
+        suite's planner, which sees the slice's RTT and its GPUs' speed and memory."""
+        if setup.alpa_shard:
+            return cls(micro_batches=setup.micro_batches)
+        gpus = [vm.accelerator for vm in sl.vms if vm.name in vms]
+        return cls(micro_batches=setup.micro_batches, links=Links.for_rtt(sl.rtt_ms),
+                   device_flops=min(g.peak_tflops(setup.precision) for g in gpus) * 1e12,
+                   device_memory=min(g.usable_bytes for g in gpus))
 
     def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
         check_divisible("batch", batch, self.micro_batches, "microbatches")

@@ -27,8 +27,8 @@ from harness import model, optim
 from harness.config import GPTConfig, Technique, TrainConfig
 from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
-from harness.techniques.contract import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SCALAR, Collective, Cost, Step,
-                                         activations, gradient_buckets, register)
+from harness.techniques.contract import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SCALAR, Collective, Cost,
+                                         ParallelMethod, Step, activations, gradient_buckets, register)
 
 
 def chunked(x, n: int):
@@ -44,7 +44,7 @@ def mine(flat, n: int):
 
 
 @register
-class Zero2Parallel:
+class Zero2Parallel(ParallelMethod):
     name = Technique.ZERO2
 
     def __init__(self, micro_batches: int = 1, combine: bool = False):
