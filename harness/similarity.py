@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import scipy.optimize
 
-from harness import costmodel
+from harness import costmodel, flops
 from harness.config import GPTConfig, Setup, Technique
 from harness.netmodel import Network
 from harness.slices import Slice
@@ -53,6 +53,22 @@ def groups(technique: str, sl: Slice, cfg: GPTConfig, setup: Setup, net: Network
     compute = here.terms["compute"]
     return {"latency": (comm(here) - comm(still)) / compute, "bandwidth": comm(still) / compute,
             "bubble": here.terms["pipeline_bubble"] / compute}
+
+
+def geometry(cfg: GPTConfig, setup: Setup, gpus: int, stages: int = 2) -> dict[str, float]:
+    """The proportions that set how a step splits whatever the hardware, for `cfg` at `setup` on
+    `gpus` GPUs: what crosses a link per step against per microbatch (a step's gradients over one
+    microbatch's activations at a stage boundary, both in values), how many times Shard's program
+    crosses it per step (once per layer and microbatch), Pipeshard's bubble (its share of the
+    ticks of a step on `stages` stages) and the embedding's share of the parameters (which Pipeshard's tied-embedding
+    exchange carries). A geometrically similar scale model has gpt2m's."""
+    params = flops.param_count(cfg)
+    seq = setup.seq_len or cfg.n_positions
+    micro = setup.batch_per_gpu * gpus / setup.micro_batches
+    return {"gradients_per_activation": params / (micro * seq * cfg.n_embd),
+            "crossings_per_step": cfg.n_layer * setup.micro_batches,
+            "bubble": (stages - 1) / (setup.micro_batches + stages - 1),
+            "embedding_share": cfg.vocab_size * cfg.n_embd / params}
 
 
 def factor(got: float, want: float) -> float:
