@@ -3,7 +3,7 @@
 The layers are cut into one stage per VM (Alpa's submeshes; in the paper's 4-GPU runs, two
 stages on two 1x2 meshes). Cut points balance the cost of each stage: the last stage also runs
 the output head, so it gets fewer blocks. The batch is split into microbatches that flow through
-the stages in the GPipe schedule: all forwards, then (by autodiff of the same loop) all backwards.
+the stages in the GPipe schedule: all forwards, then (by autodiff of the same ticks) all backwards.
 
 What crosses VMs is only point-to-point: each microbatch's activations go forward to the next
 stage and their gradients come back (collective-permute). With tied embeddings the first stage
@@ -68,9 +68,9 @@ def pipeline_cost(s: Step) -> Cost:
     stage_params = s.params if stages == 1 else (s.params - ends) / stages + vocab
     wire = [Collective(ALL_REDUCE, (4 * stage_params,), (1, per_stage), what="a stage's gradients inside its VM")]
     if stages > 1:
-        # Stages move in lockstep: every tick ends with a transfer forward, and its transpose in
-        # the backward pass with one back, so each tick pays one transfer each way.
-        wire.append(Collective(SEND, (act / per_stage,), between, times=2 * (m + stages - 1), per_microbatch=True,
+        # Stages move in lockstep: every tick but the last ends with a transfer forward, and its
+        # transpose in the backward pass with one back (on two stages, one each way per microbatch).
+        wire.append(Collective(SEND, (act / per_stage,), between, times=2 * (m + stages - 2), per_microbatch=True,
                                what="activations forward and their gradients back"))
         # the loss and the gradient norm, around the stages (one stage keeps them)
         wire.append(Collective(RING_PASS, (SCALAR,), ring, times=2, what="the loss and the gradient norm"))
@@ -230,29 +230,28 @@ class Stages:
         stage = jax.lax.axis_index(HOSTS)
         net = self.stage_model(p)
         # Logits are [microbatch, seq, vocab]: recomputed in the backward pass rather than kept,
-        # because a loop stores a branch's intermediates on every tick, taken or not.
+        # because a branch's intermediates are kept on every stage, taken or not.
         head_loss = jax.checkpoint(lambda y, tgt: model.token_losses(net.head(y), tgt).sum())
         layers_on = jnp.asarray(self.active)[stage]
         run_stage = lambda h: net.run_blocks(h, active=layers_on)
         if self.remat:  # keep only the stage's input per microbatch
             run_stage = jax.checkpoint(run_stage)
         m, last = self.m, self.n - 1
-
-        def tick(carry, t):
-            act, loss = carry
-            # Stage s works on microbatch t - s; outside that window it idles (the bubble).
-            x = jax.lax.cond(stage == 0, lambda: net.embed(inputs[jnp.minimum(t, m - 1)]), lambda: act)
-            busy = (t >= stage) & (t < stage + m)
-            y = jax.lax.cond(busy, run_stage, lambda h: h, x)
-            mb = t - last
-            loss += jax.lax.cond((stage == last) & (mb >= 0),
-                                 lambda: head_loss(y, targets[jnp.maximum(mb, 0)]), _varying_zeros)
-            if self.n > 1:  # activations go forward one stage: the only per-microbatch transfer
-                y = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(self.n - 1)])
-            return (y, loss), None
-
-        act0 = _varying_zeros((*inputs.shape[1:], self.model_cfg.n_embd), jnp.dtype(self.model_cfg.dtype))
-        (_, loss), _ = jax.lax.scan(tick, (act0, _varying_zeros()), jnp.arange(m + self.n - 1))
+        # The ticks are unrolled: a loop would stack every tick's intermediates for the backward
+        # pass through dynamic slices, which on CPU cost more than the stage's compute.
+        act, loss = _varying_zeros((*inputs.shape[1:], self.model_cfg.n_embd), jnp.dtype(self.model_cfg.dtype)), \
+            _varying_zeros()
+        for t in range(m + self.n - 1):
+            # Stage s works on microbatch t - s. Outside that window (the bubble) it computes on what
+            # it holds, as a stage in lockstep would wait: that work reaches no loss (it travels on
+            # to stages that are idle too), and a branch to skip it would make the program keep and
+            # zero-fill the stage's intermediates.
+            x = jax.lax.cond(stage == 0, lambda: net.embed(inputs[min(t, m - 1)]), lambda: act)
+            y = run_stage(x)
+            if t >= last:  # the last stage finishes microbatch t - (n - 1)
+                loss += jax.lax.cond(stage == last, lambda: head_loss(y, targets[t - last]), _varying_zeros)
+            if self.n > 1 and t < m + self.n - 2:  # activations go one stage on (after the last tick: nowhere)
+                act = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(self.n - 1)])
         return loss
 
     def global_norm(self, grads):
