@@ -32,7 +32,7 @@ from harness.techniques.common import ALL, DEVICES, HOSTS, ClusterShape, Plan, c
 from harness.techniques.contract import (
     ALL_REDUCE, RING_PASS, SCALAR, SEND, Collective, Cost, ParallelMethod, Step, activations, register,
 )
-from harness.techniques.pipeshard_stages import stage_programs, stage_sizes
+from harness.techniques.pipeshard_stages import in_flight, stage_programs, stage_sizes
 
 
 def stage_mesh(hosts: int, devices_per_host: int) -> ClusterShape:
@@ -45,8 +45,6 @@ def pipeline_cost(s: Step) -> Cost:
     """The pipeline over the stages build cuts: the slowest stage sets the pace, the bubble idles
     (stages - 1) stage-times, every tick moves activations forward and gradients back; inside a
     stage its GPUs all-reduce their gradients, and the tied embedding's crosses the VMs."""
-    from harness.techniques.pipeshard_stages import in_flight
-
     cfg, m = s.cfg, s.m
     mesh = stage_mesh(s.hosts, s.d)
     stages, per_stage = mesh.hosts, mesh.devices_per_host
