@@ -109,3 +109,66 @@ def test_one_swap_among_four_techniques_is_a_rank_agreement_of_exactly_0_8():
 
     assert costmodel_check.spearman([12.8, 7.01, 39.3, 2.52], [12.8, 12.81, 27.9, 5.05]) == 0.8
     assert costmodel_check.spearman([1, 2, 3], [3, 2, 1]) == -1.0
+
+
+def _shipped_check(doctor=lambda recs: recs):
+    from harness import costmodel_check, records, resources
+
+    shipped = resources.path("baselines", "quick-similarity")
+    table_i = {name: slices.load(name) for name in ("TACC-TACC", "UTAH-GPN")}
+    return costmodel_check.check(doctor(records.read(shipped / "results.jsonl")), table_i, per_tensor=False,
+                                 calibration=records.read(shipped / "calibration.jsonl"))
+
+
+def _slowed(r: dict, factor: float) -> dict:
+    t = r["timing"]
+    if not t["median_step_s"]:  # a memory analysis's record, or an out of memory
+        return r
+    return {**r, "timing": {**t, "step_times_s": [x * factor for x in t["step_times_s"]],
+                            "median_step_s": t["median_step_s"] * factor, "epoch_time_s": t["epoch_time_s"] * factor}}
+
+
+def test_the_cost_model_fails_where_it_misses_beyond_the_noise():
+    """An error counts only beyond the noise of the trial and of the calibration, at least the
+    run's drift; a model that misses most trials by far more fails, whatever the noise."""
+    from harness import costmodel_check, noise
+
+    shipped = _shipped_check()
+    assert costmodel_check.validated(shipped)
+    assert 0 < shipped["drift"] <= noise.CAP and shipped["calibration"]["noise"] >= shipped["drift"]
+    for row in shipped["rows"]:
+        assert row["measured_noise"] >= shipped["drift"]
+        assert row["beyond_noise"] == pytest.approx(
+            max(0.0, abs(row["error"]) - row["measured_noise"] - shipped["calibration"]["noise"]))
+    assert shipped["median_beyond_noise"] <= shipped["median_abs_error"]
+
+    doubled = _shipped_check(lambda recs: [_slowed(r, 2.0) for r in recs])
+    assert not costmodel_check.validated(doubled)
+    assert doubled["median_beyond_noise"] > costmodel_check.MEDIAN_ERROR
+    assert "validation: FAILS" in costmodel_check.markdown(doubled)
+
+
+def test_the_drift_of_repeats_widens_every_trials_noise_but_only_to_the_cap():
+    """The repeats of a VM alone on one slice measured far slower than on the other: the run
+    drifted, and every trial is judged against at least that (noise.shared_floor), never beyond
+    noise.CAP."""
+    from harness import noise
+
+    def drifted(recs):
+        return [_slowed(r, 1.5) if r["cluster"]["hosts"] == 1 and r["cluster"]["slice"] == "UTAH-GPN" else r
+                for r in recs]
+
+    assert _shipped_check(drifted)["drift"] > _shipped_check()["drift"]
+    assert _shipped_check(drifted)["drift"] <= noise.CAP
+
+
+def test_the_model_must_name_the_fastest_and_slowest_as_measured_beyond_the_noise():
+    """Doctored: Pipeshard measured ten times slower on UTAH-GPN, where the model puts it fastest."""
+    from harness import costmodel_check
+
+    assert costmodel_check.extremes_missed(_shipped_check(), "UTAH-GPN") == []
+    slow = _shipped_check(lambda recs: [_slowed(r, 10.0) if r["technique"] == "Pipeshard"
+                                        and r["cluster"]["slice"] == "UTAH-GPN" and r["cluster"]["hosts"] > 1
+                                        else r for r in recs])
+    missed = costmodel_check.extremes_missed(slow, "UTAH-GPN")
+    assert len(missed) == 2 and "fastest is Pipeshard" in missed[0] and "slowest is Shard" in missed[1]

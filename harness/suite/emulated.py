@@ -192,10 +192,11 @@ def test_memory_claim(claim, memory_table, claims_log, pytestconfig):
 
 def test_cost_model_ranks_the_trials_as_measured(backend, claims_log):
     """harness.costmodel, calibrated on the run's calibration trials (or, on literal links, four of
-    these trials), predicts the others: its median absolute error is at most
-    costmodel_check.MEDIAN_ERROR and the ranking of every all-VM trial agrees (Spearman at least
-    costmodel_check.RANK_AGREEMENT), and on every two-site slice it names the same fastest and
-    slowest technique. The full comparison goes to costmodel.md in the report."""
+    these trials), predicts the others: its median error beyond the noise of the measurements
+    compared is at most costmodel_check.MEDIAN_ERROR, the ranking of every all-VM trial agrees
+    (Spearman at least costmodel_check.RANK_AGREEMENT), and on every two-site slice the technique
+    it names fastest (slowest) measured as fast (slow) as the fastest (slowest), within their
+    noise. The full comparison goes to costmodel.md in the report."""
     recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
     result = costmodel_check.check(recs, backend.runner.paper_slices, per_tensor=not backend.runner.budget.combine,
                                    calibration=claims_log.calibration or None)
@@ -203,11 +204,8 @@ def test_cost_model_ranks_the_trials_as_measured(backend, claims_log):
         claims_log.directory.mkdir(parents=True, exist_ok=True)
         (claims_log.directory / "costmodel.md").write_text(costmodel_check.markdown(result))
     assert costmodel_check.validated(result), costmodel_check.markdown(result)
-    for s in claims.two_site(claims.Table(recs)):
-        rows = [x for x in result["rows"] if x["slice"] == s and x["all_vms"]]
-        for pick in (min, max):
-            assert (pick(rows, key=lambda x: x["measured_s"])["technique"]
-                    == pick(rows, key=lambda x: x["predicted_s"])["technique"]), costmodel_check.markdown(result)
+    missed = [m for s in claims.two_site(claims.Table(recs)) for m in costmodel_check.extremes_missed(result, s)]
+    assert not missed, "; ".join(missed) + "\n" + costmodel_check.markdown(result)
 
 
 def test_select_decides_from_real_trials_on_this_cluster(backend, tmp_path):
