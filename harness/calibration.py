@@ -156,7 +156,11 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
 
 
 def scale_one(runner: Runner, sl: Slice, net, device_flops: float) -> similarity.Scaled:
-    devices = costmodel.Devices((device_flops,) * len(sl.vms), (1e15,) * len(sl.vms), sl.gpus_per_vm)
+    """The link on which the scale model has sl's groups; its VMs compute at device_flops times
+    their GPUs' shares, as the run's VMs do (harness.emulation.compute)."""
+    shares = runner.quotas.run_shares.get(sl.name, {}) if runner.quotas is not None else {}
+    devices = costmodel.Devices(tuple(device_flops * shares.get(vm.name, 1.0) for vm in sl.vms),
+                                (1e15,) * len(sl.vms), sl.gpus_per_vm)
     return similarity.scale(sl, model_config(PAPER_MODEL), Setup(), runner.model_cfg, scale_setup(runner), net,
                             devices, rtt_ms=RTT_BOUNDS_MS, rate=(LOWEST_RATE, net.link_bytes_per_s))
 

@@ -225,8 +225,9 @@ class Table:
                 raise DuplicateRecord(f"two records of the trial {label(r)} (record_id {self.index[key]['record_id']} "
                                       f"and {r['record_id']}): a run has one record per trial")
             self.index[key] = r
-        # On an emulated slice every VM is the same share of one machine and a run on one VM
-        # crosses no link: the single-VM runs of different slices are one experiment, repeated.
+        # On an emulated slice a VM is a share of one machine, at its GPU's speed (compute_shares),
+        # and a run on one VM crosses no link: the single-VM runs of different slices on VMs of
+        # one name and speed are one experiment, repeated.
         self.emulated = any(r["cluster"]["network"]["mechanism"] in ("userspace", "netem") for r in recs)
 
     def get(self, technique: str, slice_name: str, vms: str = ALL) -> dict | None:
@@ -274,12 +275,23 @@ class Table:
         if not self.emulated:
             return [(f"{s} {vm} alone", f"{s}:{vm}", (s,), {t: self.get(t, s, vm) for t in Technique})
                     for s, vm in by_slice.items()]
-        groups: dict[str, list[str]] = {}
+        groups: dict[tuple[str, float], list[str]] = {}
         for s, vm in by_slice.items():
-            groups.setdefault(vm, []).append(s)
-        return [(f"{vm} alone (one emulated VM, measured on {', '.join(ss)})", f"*:{vm}", tuple(ss),
+            groups.setdefault((vm, self.compute_share(s, vm)), []).append(s)
+        speeds = lambda vm: len({share for v, share in groups if v == vm})
+        return [(f"{vm} alone (one emulated VM{'' if share == 1.0 else f' at {share:.2g} of its cores'}, "
+                 f"measured on {', '.join(ss)})", f"*:{vm}" if speeds(vm) == 1 else f"*:{vm}@{share:.3g}", tuple(ss),
                  self.pooled_experiment({t: [self.get(t, s, vm) for s in ss] for t in Technique}))
-                for vm, ss in groups.items()]
+                for (vm, share), ss in groups.items()]
+
+    def compute_share(self, slice_name: str, vm: str) -> float:
+        """The share of its cores an emulated VM computed with on the slice (its GPU's speed,
+        harness.emulation.compute); 1 where the records give none."""
+        for r in self.records:
+            c = r["cluster"]
+            if c["slice"] == slice_name and vm in (c["vms_used"] or []) and c.get("compute_shares"):
+                return c["compute_shares"][vm]
+        return 1.0
 
     def pooled_experiment(self, repeats: dict) -> dict:
         """technique -> its repeats pooled (pooled()); where the experiment was repeated, every

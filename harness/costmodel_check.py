@@ -13,14 +13,17 @@ link's own rate is measured by the run (one TCP flow at no added delay, in each 
 network section): it bounds the collectives' rate; its MTU is network.MTU; gloo, JAX's CPU
 collectives, runs one ring rank per VM (one process each).
 
+Each VM computes at the share of the device rate that its GPU had in the trial (an emulated VM's
+CPU quota, harness.emulation.compute; the record's cluster.compute_shares).
+
 The verdict is rank agreement (Spearman) across techniques on each slice and across RTTs for
 each technique, and the error of every prediction, in costmodel.md next to the claims; the
 calibration trials are left out of both. A prediction's error counts only beyond the noise of
 the two measurements it compares (harness.noise, as the claims count a difference): the trial's
 own, and the calibration's, from which the prediction was derived. Both are at least the drift of
-this run: the model gives every VM one device rate, so a technique on one VM is one experiment
-that the run repeated (once per VM and slice, and once more to calibrate), and how far those
-repeats moved apart is noise that no model of the slice could explain.
+this run: the model gives every VM of one GPU one device rate, so a technique on one such VM is
+one experiment that the run repeated (once per VM and slice, and once more to calibrate), and how
+far those repeats moved apart is noise that no model of the slice could explain.
 """
 import math
 import statistics
@@ -78,8 +81,15 @@ def _predict(r: dict, net: Network, device_flops: float, by_name: dict) -> costm
     if shaped:  # a link given a rate (similarity scaling) carries at most that
         net = replace(net, link_bytes_per_s=min([net.link_bytes_per_s, *shaped]))
     vms = tuple(r["cluster"]["vms_used"])
-    devices = costmodel.Devices(tuple(device_flops for _ in vms), tuple(1e15 for _ in vms), sl.gpus_per_vm)
+    devices = costmodel.Devices(tuple(device_flops * share(r, vm) for vm in vms), tuple(1e15 for _ in vms),
+                                sl.gpus_per_vm)
     return costmodel.predict(r["technique"], sl, vms, _model(r), _setup(r), net, devices)
+
+
+def share(r: dict, vm: str) -> float:
+    """The share of its cores VM vm computed with in trial r (harness.emulation.compute): its GPU's
+    speed against the run's fastest; 1 where the record gives none."""
+    return (r["cluster"].get("compute_shares") or {}).get(vm, 1.0)
 
 
 def _solve(f, target: float, lo: float, hi: float) -> float:
@@ -108,7 +118,7 @@ def calibrate(recs: list[dict], by_name: dict[str, slices.Slice], per_tensor: bo
     every = sorted((r for r in ok if r["cluster"]["hosts"] > 1), key=rtt)
     single = next(r for r in ok if r["technique"] == "Data" and r["cluster"]["hosts"] == 1)
     device_flops = (single["throughput"]["flops_per_step_alpa"] / single["timing"]["median_step_s"]
-                    / single["cluster"]["devices_per_host"])
+                    / single["cluster"]["devices_per_host"] / share(single, single["cluster"]["vms_used"][0]))
     rates = [r["cluster"]["network"].get("link_bytes_per_s") for r in every]
     if not any(rates):
         raise ValueError("the records carry no measured link rate (network.link_bytes_per_s): not an emulated run")
@@ -168,11 +178,13 @@ def _timed(r: dict) -> list[float]:
 
 def drift(recs: list[dict]) -> float:
     """The share by which this run's repeats of one experiment moved apart (noise.shared_floor):
-    a technique on one VM of as many devices, measured more than once, its step times pooled."""
+    a technique on one VM of as many devices at one speed, measured more than once, its step times
+    pooled."""
     repeats: dict[tuple, list[dict]] = {}
     for r in filter(_judged, recs):
         if r["cluster"]["hosts"] == 1:
-            repeats.setdefault((r["technique"], r["cluster"]["devices_per_host"]), []).append(r)
+            vm = r["cluster"]["vms_used"][0]
+            repeats.setdefault((r["technique"], r["cluster"]["devices_per_host"], share(r, vm)), []).append(r)
     return noise.shared_floor([noise.relative([t for r in rs for t in _timed(r)])
                                for rs in repeats.values() if len(rs) > 1])
 

@@ -4,9 +4,10 @@ A trial runs real training steps through the harness of the earlier layers: Ray 
 per VM start `harness.cluster.worker --serve`, which brings up jax.distributed and keeps each technique's
 compiled step alive. The cluster is either
 - emulated (emulated()): a slice's VMs as network namespaces joined by the delay link, one Ray node
-  each. The slices of one run differ only in their RTTs (Table I: two VMs of two GPUs each), so one
-  cluster serves them all: before a slice's trials the link is set to that slice's RTTs, and every
-  compiled step is reused across the sweep;
+  each, computing on CPU at their GPUs' relative speeds (harness.emulation.compute). The slices of
+  one run differ only in their links and GPU types (Table I: two VMs of two GPUs each), so one
+  cluster serves them all: before a slice's trials the link is set to that slice's RTTs and the VMs
+  to its GPUs' speeds, and every compiled step is reused across the sweep;
 - live (live()): a running Ray cluster on real VMs, described by an inventory; RTTs are measured.
 
 Per trial: `warmup_steps` untimed steps, then `repeats` timed steps, one at a time (Runner.step), so
@@ -23,6 +24,8 @@ from harness.cluster import layout, protocol
 from harness.cluster.driver_client import DriverClient, DriverError
 from harness.cluster.ray_nodes import RayCluster
 from harness.config import Budget, Technique, TrainConfig
+from harness.emulation import compute
+from harness.emulation.compute import VMQuotas
 from harness.emulation.network import EmulatedNetwork
 from harness.errors import BadInput
 from harness.jobs import Job
@@ -91,10 +94,12 @@ class Runner:
 
     def __init__(self, driver: DriverClient, slices: list[Slice], budget: Budget, devices_per_host: int,
                  network: EmulatedNetwork | None = None, platform: str = "cpu", step_timeout_s: float = 600,
-                 calibration_trials: int = 0, processes: dict | None = None):
+                 calibration_trials: int = 0, processes: dict | None = None, quotas: VMQuotas | None = None):
         """processes: each VM's worker processes (harness.cluster.layout); None: one per VM, which
-        on GPUs holds the GPUs Ray gives the VM (a live slice)."""
+        on GPUs holds the GPUs Ray gives the VM (a live slice). quotas: the emulated VMs' CPU
+        quotas, which give them their GPUs' relative speeds (harness.emulation.compute)."""
         self.driver, self.budget, self.network, self.platform = driver, budget, network, platform
+        self.quotas = quotas
         self.processes = processes
         self.slices = {sl.name: sl for sl in slices}  # the links the trials run on (set_slice changes them)
         self.paper_slices = dict(self.slices)  # the slices as given: the paper's links
@@ -272,6 +277,8 @@ class Runner:
         sl = self.slices[name]
         if self.network is not None:
             self.network.use_slice(sl)
+        if self.quotas is not None:
+            self.quotas.use_slice(name)
         first, last = sl.farthest_pair  # the RTT the slice is known by
         try:
             self.rtt_ms[name] = self.driver.request({"do": "rtt", "a": first, "b": last})
@@ -300,6 +307,9 @@ class Runner:
             network["packets"] = result.packets
         cluster = {"slice": trial.slice, "vms_used": vms, "hosts": len(vms), "devices_per_host": self.devices_per_host,
                    "network": network}
+        shares = self.quotas.shares_of(vms) if self.quotas is not None else None
+        if shares is not None:
+            cluster["compute_shares"] = shares
         if self.processes is not None:
             cluster["processes_per_host"] = len(self.processes[vms[0]])
             cluster["gpu_sharing"] = layout.sharing(self.processes, vms)
@@ -329,11 +339,13 @@ def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu", calibra
     base = one_shape(slices)[0]
     vms = [(vm.name, vm.gpus) for vm in base.vms]
     processes = layout.gpu(vms, layout.visible_gpus()) if platform == "gpu" else layout.cpu(vms, split_processes)
+    # On CPU the VMs compute at their GPUs' relative speeds; a GPU platform's VMs run on real GPUs.
+    gpu_shares = compute.shares(slices) if platform == "cpu" else None
     with EmulatedNetwork(base, tcp_buffer_bytes=tcp_buffer_bytes) as net, \
-            RayCluster(net) as cluster, \
+            RayCluster(net, gpu_shares) as cluster, \
             cluster.driver() as driver:
         yield Runner(driver, slices, budget, base.gpus_per_vm, network=net, platform=platform,
-                     calibration_trials=calibration_trials, processes=processes)
+                     calibration_trials=calibration_trials, processes=processes, quotas=cluster.quotas)
 
 
 @contextlib.contextmanager

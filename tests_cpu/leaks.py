@@ -5,15 +5,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.emulation import netns
+from harness.emulation import compute, netns
 
 
 def leftovers() -> dict:
-    """Project namespaces, their scratch dirs, relays, Ray daemons, Ray drivers and worker processes."""
+    """Project namespaces, their scratch dirs and CPU quotas, relays, Ray daemons, Ray drivers and worker processes."""
     ps = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout.splitlines()
     live = [line.split(None, 1)[1] for line in ps if not line.startswith("Z") and len(line.split(None, 1)) > 1]
     count = lambda word: sum(word in p for p in live)
     return {"namespaces": set(netns.ours()), "scratch": {p.name for p in Path("/tmp").glob(f"{netns.PREFIX}*")},
+            "cgroups": compute.ours(),
             "relays": count("harness.emulation.delaylink"), "raylets": count("raylet"),
             "gcs": count("gcs_server"), "drivers": count("harness.cluster.ray_driver"),
             "workers": count("harness.cluster.worker")}

@@ -362,3 +362,19 @@ def test_the_papers_own_observations_disagree_where_it_says_so():
     assert ("TACC-TACC 1 VM", False) in found[("gpt2L", "Data", 2)] and ("UTAH-GPN 1 VM", True) in found[("gpt2L", "Data", 2)]
     assert ("UTAH-MASS 4 GPUs", True) in found[("gpt2L", "Data", 4)] and ("GAT-AMST 4 GPUs", False) in found[("gpt2L", "Data", 4)]
     assert ("gpt2L", "Pipeshard", 2) not in found  # failed everywhere on one VM
+
+
+def test_c3_emulated_vms_at_other_gpu_speeds_are_other_experiments():
+    """A VM's runs pool across slices only where it computed at one speed (its GPU's share,
+    harness.emulation.compute): the first VM at half speed on one slice is an experiment of its own."""
+    def at(share, recs):
+        return [{**r, "cluster": {**r["cluster"], "compute_shares": {vm: share for vm in r["cluster"]["vms_used"]}}}
+                for r in recs]
+
+    marker = all_vms(GPN, 20, FAST_PIPESHARD)
+    same = at(1.0, experiment([1.0] * 3, [2.0] * 3) + experiment([1.0] * 3, [2.0] * 3, slice_name=GPN) + marker)
+    assert len(claims.Table(same, SLICES).single_vm_experiments()) == 1
+    other = at(1.0, experiment([1.0] * 3, [2.0] * 3)) + at(0.5, experiment([2.0] * 3, [4.0] * 3, slice_name=GPN) + marker)
+    experiments = claims.Table(other, SLICES).single_vm_experiments()
+    assert len(experiments) == 2 and len({where for _, where, _, _ in experiments}) == 2
+    assert "clear wins Data 2, " in claims.c3_data_most(table(*other)).evidence[0]

@@ -23,6 +23,7 @@ import sys
 
 from harness.cluster.driver_client import DriverClient
 from harness.emulation import netns
+from harness.emulation.compute import VMQuotas
 from harness.emulation.network import EmulatedNetwork
 
 PORT = 6379
@@ -49,7 +50,9 @@ def taskset(cores: set[int]) -> list[str]:
 
 
 class RayCluster:
-    def __init__(self, net: EmulatedNetwork):
+    def __init__(self, net: EmulatedNetwork, gpu_shares: dict[str, dict[str, float]] | None = None):
+        """gpu_shares: on CPU, each slice's VMs' GPU speeds (harness.emulation.compute.shares), which
+        every VM's node then computes at; None: every VM at its cores' full speed."""
         self.net = net
         # Ray's CLI as a module of this interpreter: no console script need sit beside it (the lent
         # GPU machine gets Ray on PYTHONPATH, tests_gpu/device_bundle.sh).
@@ -59,12 +62,16 @@ class RayCluster:
         self.address = f"{net.address[self.head]}:{PORT}"
         self.started: list[str] = []
         self.cores = share_cores([vm.name for vm in net.slice.vms])
+        self.quotas = VMQuotas(net.netns, {vm: len(c) for vm, c in self.cores.items()},
+                               gpu_shares or {net.slice.name: {vm.name: 1.0 for vm in net.slice.vms}})
         # What a process needs to join this cluster (Ray reads RAY_AUTH_TOKEN before any token file).
         self.auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
         self.env = {**os.environ, **self.auth}
 
     def __enter__(self) -> "RayCluster":
+        self.quotas.__enter__()
         try:
+            self.quotas.use_slice(self.net.slice.name)
             for vm in self.net.slice.vms:
                 self._start(vm)
         except BaseException:
@@ -84,8 +91,8 @@ class RayCluster:
                 "--resources", json.dumps({vm.name: 1}), "--object-store-memory", str(OBJECT_STORE_BYTES)]
         self.started.append(vm.name)
         # The affinity is inherited by the raylet and every actor and worker it starts.
-        result = self.net.run(vm.name, [*taskset(self.cores[vm.name]), *argv], timeout=120, capture_output=True,
-                              text=True, env=self.env)
+        result = self.net.run(vm.name, [*taskset(self.cores[vm.name]), *argv], outside=self.quotas.enter(vm.name),
+                              timeout=120, capture_output=True, text=True, env=self.env)
         if result.returncode:
             raise RuntimeError(f"ray start on {vm.name} failed: {result.stderr.strip().splitlines()[-1]}")
 
@@ -97,10 +104,12 @@ class RayCluster:
         for vm in self.started:
             shutil.rmtree(self.temp[vm], ignore_errors=True)
         self.started = []
+        self.quotas.close()
 
     def driver(self) -> DriverClient:
         """A driver session on VM1 (close it, or use it as a context manager)."""
-        return DriverClient(["ip", "netns", "exec", self.net.netns[self.head], *taskset(self.cores[self.head])],
+        return DriverClient([*self.quotas.enter(self.head), "ip", "netns", "exec", self.net.netns[self.head],
+                             *taskset(self.cores[self.head])],
                       self.address, [vm.name for vm in self.net.slice.vms], env=self.env)
 
     def drive(self, request: dict, timeout: float = 900):

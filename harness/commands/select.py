@@ -67,9 +67,9 @@ def run(args) -> tuple[int, dict]:
     names = [vm.name for vm in sl.vms]
     for mode in modes:  # --delta, --margin and the VMs are checked before anything starts
         selection.select(mode, names, lambda t, v: 1.0, args.delta, margin=args.margin)
-    from harness.emulation import netns
+    from harness.emulation import compute, netns
 
-    problem = netns.missing_privileges()
+    problem = netns.missing_privileges() or (compute.missing() if compute.limited(compute.shares([sl])) else None)
     if problem:
         raise BadInput(f"cannot emulate slice {sl.name} here: {problem}")
     parent = inputs.made_folder("--out", args.out)

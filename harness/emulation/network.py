@@ -217,12 +217,15 @@ class EmulatedNetwork:
         finally:
             self.set_rtt(saved)
 
-    def popen(self, vm: str, argv: list[str], **kwargs) -> subprocess.Popen:
-        """A process inside VM `vm` (its namespace, its /etc/hosts)."""
-        return subprocess.Popen(["ip", "netns", "exec", self.netns[vm], *argv], **kwargs)
+    def popen(self, vm: str, argv: list[str], outside: list[str] = (), **kwargs) -> subprocess.Popen:
+        """A process inside VM `vm` (its namespace, its /etc/hosts); outside: a command prefix
+        that runs before it enters (`ip netns exec` mounts a /sys of the namespace, without the
+        cgroups of harness.emulation.compute)."""
+        return subprocess.Popen([*outside, "ip", "netns", "exec", self.netns[vm], *argv], **kwargs)
 
-    def run(self, vm: str, argv: list[str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.netns[vm], *argv], timeout=timeout, **kwargs)
+    def run(self, vm: str, argv: list[str], timeout: float = 120, outside: list[str] = (),
+            **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run([*outside, "ip", "netns", "exec", self.netns[vm], *argv], timeout=timeout, **kwargs)
 
     def close(self) -> None:
         self.links.close()

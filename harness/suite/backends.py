@@ -95,6 +95,7 @@ def open_backend(config, kind: Kind, log=None):
     from harness import calibration, trials
     from harness.cluster import layout
     from harness.config import model_config
+    from harness.emulation import compute
 
     wanted = wanted_trials(config, kind)
     if kind is Kind.LIVE:
@@ -109,7 +110,7 @@ def open_backend(config, kind: Kind, log=None):
     if kind is Kind.EMULATED_GPU and not layout.visible_gpus():
         # With fewer GPUs than a slice has, the emulated VMs share them (harness.cluster.layout).
         pytest.skip("no GPU: nvidia-smi lists none (or CUDA_VISIBLE_DEVICES hides them all)")
-    require_emulation()
+    require_emulation(mixed_gpus=kind is Kind.EMULATED_CPU and compute.limited(compute.shares(chosen)))
     # Similarity scaling is for the CPU scale model; GPUs run the paper's models on the paper's links.
     mode = options.link_scaling(config) if kind is Kind.EMULATED_CPU else calibration.LITERAL
     platform, declared = ("cpu", f"{kind}/{mode}") if kind is Kind.EMULATED_CPU else ("gpu", "none")

@@ -21,13 +21,15 @@ import pytest
 
 from harness import calibration, claims, costmodel_check, limits, measured_selection, records, similarity
 from harness.config import model_config
+from harness.emulation import compute
 from harness.suite import checks, claims_tests, deviations, options
 
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
            "test_the_link_dropped_no_packet_of_any_trial", "test_zero2_put_alpas_bytes_on_the_link",
            "test_the_links_were_calibrated_on_real_trials",
            "test_the_links_give_the_scale_model_the_papers_groups",
-           "memory_table", "test_memory_claim", "test_cost_model_ranks_the_trials_as_measured",
+           "memory_table", "test_memory_claim", "test_every_vm_computed_at_its_gpus_speed",
+           "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
 
 pytestmark = pytest.mark.claims_backend("emulated-cpu")
@@ -188,6 +190,20 @@ def memory_table(pytestconfig, claims_log):
 def test_memory_claim(claim, memory_table, claims_log, pytestconfig):
     table = claims.MemoryTable(memory_table, options.claim_slices(pytestconfig))
     checks.check_claim(claim(table), claims_log, deviations.MEMORY_ANALYSIS, limits.Run(memory=memory_table))
+
+
+def test_every_vm_computed_at_its_gpus_speed(backend, claims_log):
+    """On CPU each emulated VM computes at its GPU's share of the run's fastest GPU (a CPU quota,
+    harness.emulation.compute): every trial that ran records its VMs' shares as the run's slices
+    give them. That the quotas held is the cost model's to show: it predicts each VM at its
+    share (test_cost_model_ranks_the_trials_as_measured)."""
+    recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
+    expected = compute.shares(list(backend.runner.paper_slices.values()))
+    limited = any(s < 1.0 for by_vm in expected.values() for s in by_vm.values())
+    for r in recs:
+        c = r["cluster"]
+        want = {vm: expected[c["slice"]][vm] for vm in c["vms_used"]} if limited else None
+        assert c.get("compute_shares") == want, f"{costmodel_check.label(r)}: {c.get('compute_shares')} for {want}"
 
 
 def test_cost_model_ranks_the_trials_as_measured(backend, claims_log):

@@ -1,4 +1,5 @@
-"""Emulated slices need root, TUN and network namespaces. Without them a test skips with the reason,
+"""Emulated slices need root, TUN and network namespaces, and on CPU a slice of mixed GPUs needs
+a cgroup cpu controller (harness.emulation.compute). Without them a test skips with the reason,
 except in CI (CI set, as CI runs): CI runs as root, so their absence there is a failure, never a
 suite that passes without its claims."""
 import os
@@ -6,10 +7,11 @@ import os
 import pytest
 
 
-def require_emulation() -> None:
-    from harness.emulation import netns
+def require_emulation(mixed_gpus: bool = False) -> None:
+    """mixed_gpus: the slices' VMs compute at different speeds (emulated on CPU)."""
+    from harness.emulation import compute, netns
 
-    problem = netns.missing_privileges()
+    problem = netns.missing_privileges() or (compute.missing() if mixed_gpus else None)
     if problem is None:
         return
     if os.environ.get("CI"):
