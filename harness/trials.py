@@ -4,10 +4,11 @@ A trial runs real training steps through the harness of the earlier layers: Ray 
 per VM start `harness.cluster.worker --serve`, which brings up jax.distributed and keeps each technique's
 compiled step alive. The cluster is either
 - emulated (emulated()): a slice's VMs as network namespaces joined by the delay link, one Ray node
-  each, computing on CPU at their GPUs' relative speeds (harness.emulation.compute). The slices of
-  one run differ only in their links and GPU types (Table I: two VMs of two GPUs each), so one
-  cluster serves them all: before a slice's trials the link is set to that slice's RTTs and the VMs
-  to its GPUs' speeds, and every compiled step is reused across the sweep;
+  each, on CPU at their cores' full speed or, asked, at their GPUs' relative speeds
+  (harness.emulation.compute). The slices of one run differ only in their links and GPU types
+  (Table I: two VMs of two GPUs each), so one cluster serves them all: before a slice's trials the
+  link is set to that slice's RTTs (and the VMs to its GPUs' speeds), and every compiled step is
+  reused across the sweep;
 - live (live()): a running Ray cluster on real VMs, described by an inventory; RTTs are measured.
 
 Per trial: `warmup_steps` untimed steps, then `repeats` timed steps, one at a time (Runner.step), so
@@ -330,17 +331,18 @@ class Runner:
 
 @contextlib.contextmanager
 def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu", calibration_trials: int = 0,
-             tcp_buffer_bytes: int | None = None, split_processes: bool = False):
+             tcp_buffer_bytes: int | None = None, split_processes: bool = False, gpu_speeds: bool = False):
     """One emulated cluster for slices that share a shape (VM names and GPUs per VM); on platform
     gpu each emulated VM gets GPUs of this machine, its own or shares of them where there are too
     few (harness.cluster.layout). calibration_trials: trials some technique runs before the sweep
     (harness.calibration), which its optimizer schedule spans; tcp_buffer_bytes: the VMs' TCP
-    buffers (None: the kernel's); split_processes: on CPU, one process per device, as GPUs shared."""
+    buffers (None: the kernel's); split_processes: on CPU, one process per device, as GPUs shared;
+    gpu_speeds: on CPU, each VM computes at its GPU's speed (harness.emulation.compute)."""
     base = one_shape(slices)[0]
     vms = [(vm.name, vm.gpus) for vm in base.vms]
     processes = layout.gpu(vms, layout.visible_gpus()) if platform == "gpu" else layout.cpu(vms, split_processes)
-    # On CPU the VMs compute at their GPUs' relative speeds; a GPU platform's VMs run on real GPUs.
-    gpu_shares = compute.shares(slices) if platform == "cpu" else None
+    # A GPU platform's VMs run on real GPUs, at their own speeds.
+    gpu_shares = compute.shares(slices) if platform == "cpu" and gpu_speeds else None
     with EmulatedNetwork(base, tcp_buffer_bytes=tcp_buffer_bytes) as net, \
             RayCluster(net, gpu_shares) as cluster, \
             cluster.driver() as driver:

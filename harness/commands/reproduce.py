@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "collectives (default: similarity-scaled links, with the collectives combined as on GPUs: "
                         "each slice's RTT and rate set so that the scale model splits its steps as gpt2m did in the "
                         "paper; see the README, 'Similarity scaling')")
+    p.add_argument("--gpu-speeds", action="store_true",
+                   help="each emulated VM computes at its GPU's speed against the run's fastest, by a CPU quota "
+                        "(default: every VM at its cores' full speed; see the README, 'The scale model on CPU')")
     p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
     p.add_argument("--out", default="reports", metavar="DIR",
                    help="parent of the run folder (default: reports/ of the current directory)")
@@ -78,7 +81,7 @@ def run(args) -> tuple[int, dict]:
     argv = [sys.executable, "-m", "pytest", str(suite), "--noconftest", "-p", "no:cacheprovider", "-v", "--no-header",
             "--claims-slices", settings["slices"], "--trial-repeats", str(settings["repeats"]),
             "--trial-model", args.model, "--memory-models", settings["memory_models"],
-            "--link-scaling", "literal" if args.literal else "similarity",
+            "--link-scaling", "literal" if args.literal else "similarity", *(["--gpu-speeds"] if args.gpu_speeds else []),
             "--report-dir", str(out), "--benchmark-json", str(out / "benchmark.json"),
             "--benchmark-storage", f"file://{(out / '.benchmarks').resolve()}",  # not in the user's directory
             "--benchmark-columns", "median,min,max,rounds"]
@@ -94,8 +97,10 @@ def run(args) -> tuple[int, dict]:
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
     # The shipped baselines ran the mode's own slices: a run on others has nothing to compare with them.
+    # They ran every VM at full speed, too: a run at the GPUs' speeds differs from them by design.
     baseline = (Path(args.baseline) if args.baseline
-                else None if args.slice else resources.path("baselines", mode if args.literal else f"{mode}-similarity"))
+                else None if args.slice or args.gpu_speeds
+                else resources.path("baselines", mode if args.literal else f"{mode}-similarity"))
     if baseline and (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
         result["comparison"] = compare.compare(baseline, out, args.threshold)
     if not args.json:

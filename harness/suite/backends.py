@@ -110,7 +110,8 @@ def open_backend(config, kind: Kind, log=None):
     if kind is Kind.EMULATED_GPU and not layout.visible_gpus():
         # With fewer GPUs than a slice has, the emulated VMs share them (harness.cluster.layout).
         pytest.skip("no GPU: nvidia-smi lists none (or CUDA_VISIBLE_DEVICES hides them all)")
-    require_emulation(mixed_gpus=kind is Kind.EMULATED_CPU and compute.limited(compute.shares(chosen)))
+    speeds = kind is Kind.EMULATED_CPU and options.gpu_speeds(config)
+    require_emulation(mixed_gpus=speeds and compute.limited(compute.shares(chosen)))
     # Similarity scaling is for the CPU scale model; GPUs run the paper's models on the paper's links.
     mode = options.link_scaling(config) if kind is Kind.EMULATED_CPU else calibration.LITERAL
     platform, declared = ("cpu", f"{kind}/{mode}") if kind is Kind.EMULATED_CPU else ("gpu", "none")
@@ -119,7 +120,7 @@ def open_backend(config, kind: Kind, log=None):
     extra = calibration.extra_trials(chosen) if scaled else 0
     buffers = calibration.tcp_buffer_bytes(model_config(budget.model), chosen[0]) if scaled else None
     with trials.emulated(chosen, budget, platform=platform, calibration_trials=extra,
-                         tcp_buffer_bytes=buffers) as runner:
+                         tcp_buffer_bytes=buffers, gpu_speeds=speeds) as runner:
         keep = log.add_calibration if log is not None else (lambda record: None)
         scaling = calibration.apply(runner, mode, keep)
         if log is not None:

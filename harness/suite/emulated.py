@@ -28,7 +28,7 @@ __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_t
            "test_the_link_dropped_no_packet_of_any_trial", "test_zero2_put_alpas_bytes_on_the_link",
            "test_the_links_were_calibrated_on_real_trials",
            "test_the_links_give_the_scale_model_the_papers_groups",
-           "memory_table", "test_memory_claim", "test_every_vm_computed_at_its_gpus_speed",
+           "memory_table", "test_memory_claim", "test_every_vm_computed_at_the_speed_asked",
            "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
 
@@ -192,14 +192,15 @@ def test_memory_claim(claim, memory_table, claims_log, pytestconfig):
     checks.check_claim(claim(table), claims_log, deviations.MEMORY_ANALYSIS, limits.Run(memory=memory_table))
 
 
-def test_every_vm_computed_at_its_gpus_speed(backend, claims_log):
-    """On CPU each emulated VM computes at its GPU's share of the run's fastest GPU (a CPU quota,
-    harness.emulation.compute): every trial that ran records its VMs' shares as the run's slices
-    give them. That the quotas held is the cost model's to show: it predicts each VM at its
-    share (test_cost_model_ranks_the_trials_as_measured)."""
+def test_every_vm_computed_at_the_speed_asked(backend, claims_log, pytestconfig):
+    """With --gpu-speeds each emulated VM computes at its GPU's share of the run's fastest GPU (a
+    CPU quota, harness.emulation.compute), and every trial records its VMs' shares as the run's
+    slices give them; without, at full speed, and no trial records shares. That the quotas held is
+    the cost model's to show: it predicts each VM at its share
+    (test_cost_model_ranks_the_trials_as_measured)."""
     recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
     expected = compute.shares(list(backend.runner.paper_slices.values()))
-    limited = any(s < 1.0 for by_vm in expected.values() for s in by_vm.values())
+    limited = options.gpu_speeds(pytestconfig) and compute.limited(expected)
     for r in recs:
         c = r["cluster"]
         want = {vm: expected[c["slice"]][vm] for vm in c["vms_used"]} if limited else None

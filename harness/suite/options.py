@@ -29,6 +29,10 @@ def add_options(parser) -> None:
                      "with the collectives combined as on GPUs; 'literal', the paper's RTTs with the kernel's "
                      "buffers and the collectives as XLA's CPU runtime runs them, one per tensor "
                      "(`python -m harness reproduce --literal`; default: %(default)s)")
+    g.addoption("--gpu-speeds", action="store_true",
+                help="on CPU, each emulated VM computes at its GPU's speed against the run's fastest (a CPU quota per "
+                     "VM, harness/emulation/compute.py: a T4 VM at half an RTX VM's); default: every VM at its "
+                     "cores' full speed (see the README, 'The scale model on CPU', for what the quota also slows)")
     g.addoption("--memory-models", default="gpt2m,gpt2L", metavar="LIST",
                 help="paper-scale models for the memory claims (default: %(default)s)")
     g.addoption("--memory-compiler", default="auto", choices=("auto", "cpu", "gpu"),
@@ -56,6 +60,10 @@ CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs o
 
 def link_scaling(config) -> str:
     return config.getoption("--link-scaling")
+
+
+def gpu_speeds(config) -> bool:
+    return config.getoption("--gpu-speeds")
 
 
 def trial_model(config):
