@@ -32,7 +32,7 @@ from dataclasses import replace
 import scipy.optimize
 import scipy.stats
 
-from harness import costmodel, noise, slices
+from harness import claims, costmodel, noise, slices
 from harness.config import GPTConfig, Setup
 from harness.netmodel import GLOO_FLOWS_PER_PEER, Network
 from harness.emulation.network import MTU
@@ -172,10 +172,6 @@ def _judged(r: dict) -> bool:
     return r["status"] == "ok" and bool(r["timing"]["median_step_s"]) and r["cluster"]["slice"] is not None
 
 
-def _timed(r: dict) -> list[float]:
-    return r["timing"]["step_times_s"][r["timing"]["excluded_warmup_steps"]:]
-
-
 def drift(recs: list[dict]) -> float:
     """The share by which this run's repeats of one experiment moved apart (noise.shared_floor):
     a technique on one VM of as many devices at one speed, measured more than once, its step times
@@ -185,7 +181,7 @@ def drift(recs: list[dict]) -> float:
         if r["cluster"]["hosts"] == 1:
             vm = r["cluster"]["vms_used"][0]
             repeats.setdefault((r["technique"], r["cluster"]["devices_per_host"], share(r, vm)), []).append(r)
-    return noise.shared_floor([noise.relative([t for r in rs for t in _timed(r)])
+    return noise.shared_floor([noise.relative([t for r in rs for t in claims.timed(r)])
                                for rs in repeats.values() if len(rs) > 1])
 
 
@@ -198,7 +194,7 @@ def check(recs: list[dict], by_name: dict[str, slices.Slice], per_tensor: bool =
     net, device_flops, used = calibrate(calibration or recs, by_name, per_tensor)
     left_out = [] if calibration else used
     floor = drift(recs + (calibration or []))
-    band = lambda r: max(noise.relative(_timed(r)), floor)
+    band = lambda r: max(noise.relative(claims.timed(r)), floor)
     calibrating = max(band(r) for r in (calibration or recs) if _judged(r) and label(r) in used)
     rows = []
     for r in filter(_judged, recs):
