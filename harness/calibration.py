@@ -29,11 +29,11 @@ from harness.trials import Runner, Trial
 
 LITERAL, SIMILARITY = "literal", "similarity"
 MODES = (SIMILARITY, LITERAL)
-# The first window is measured near Table I's nearest two-site slice (20.2 ms).
+# The first window is measured near Table I's nearest two-site slice (UTAH-GPN's RTT, resources/slices).
 CALIBRATION_RTT_MS = 20.0
-# What a flow keeps in flight depends on the RTT it runs at (with the kernel's buffers, measured:
-# 570 kB at 20 ms, about 870 at 48 ms; scaled buffers cap it). So a two-site slice's link is found
-# in a closed loop: Data runs on the link solved so far, the window is refit there, and the link
+# What a flow keeps in flight depends on the RTT it runs at (with the kernel's buffers it grows with
+# the RTT; scaled buffers cap it; similarity.json records the window). So a two-site slice's link
+# is found in a closed loop: Data runs on the link solved so far, the window is refit there, and the link
 # is solved again.
 REFINE_ROUNDS = 2
 SETTLED = 0.05  # the loop stops once a round moves the RTT by less than this share

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from harness import hardware, noise as noise_, paper, records
+from harness import hardware, noise as noise_, paper, records, selection
 from harness.config import Technique
 from harness.errors import BadInput
 
@@ -590,7 +590,6 @@ class _Crashed(Exception):
 def algorithm_1(t: Table, s: str, delta: float):
     """Algorithm 1 as published over the trials of slice s (its T from each record): the decision,
     or raises _Missing / _Crashed for a trial it needs."""
-    from harness import selection
 
     every = t.get("Pipeshard", s)
     if every is None:

@@ -48,7 +48,7 @@ def load_corpus(source: str | Path | None = None, config: str | None = None) -> 
     repository, or a single .parquet/.jsonl/.json/.csv file; or a hub id such as
     'wikimedia/wikipedia' (with config '20231101.ace').
     """
-    import datasets  # heavy import, only when a corpus is really loaded
+    import datasets  # deferred: datasets is heavy, and loads only when a corpus is read
 
     if source is None:
         source, config = FIXTURE_CORPUS, config or FIXTURE_CONFIG

@@ -10,7 +10,7 @@ machine's own CUDA 12 or 13 plugin serves as well).
 
 The plugin is kept out of the suite's own processes: where it is installed, every JAX process
 without a GPU prints a failed CUDA start-up. So `python -m harness.gpu_compiler install` unpacks it
-into a directory of its own, and a child process (`python -m harness.gpu_compiler serve`, its
+into a directory of its own, and a child process (`python -m harness.gpu_compiler_child`, its
 backend forced to the CPU, that directory on its path) compiles what the parent asks, one request
 at a time over a pipe.
 
@@ -18,6 +18,7 @@ The target descriptions come from the data sheets (DATASHEETS); XLA reads the co
 capability, memory size, SM count, shared memory, L2 and bandwidth from them for its fusion,
 scheduling and rematerialisation decisions.
 """
+import argparse
 import base64
 import importlib.util
 import os
@@ -28,6 +29,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import jaxlib
+
+from harness.cache import cache_dir
+from harness.cluster.layout import visible_gpus
 from harness.errors import BadInput
 from harness.hardware import accelerator
 
@@ -86,7 +91,6 @@ device_description_str: "{gpu}"
 
 def plugin_dir() -> Path:
     """Where the plugin's wheels are unpacked when the environment itself does not have them."""
-    from harness.cache import cache_dir
 
     return Path(os.environ["HARNESS_GPU_COMPILER"]) if os.environ.get("HARNESS_GPU_COMPILER") \
         else cache_dir("gpu-compiler")
@@ -108,7 +112,6 @@ def missing() -> str | None:
     """Why the GPU compiler cannot run here, or None."""
     if _installed():
         return None
-    import jaxlib
 
     found = sorted(p.name for p in plugin_dir().glob("jax_cuda12_plugin-*.dist-info"))
     if found != [f"jax_cuda12_plugin-{jaxlib.__version__}.dist-info"]:
@@ -128,7 +131,6 @@ def choose(compiler: str):
     if compiler not in COMPILERS:
         raise BadInput(f"compiler must be one of {', '.join(COMPILERS)}, got {compiler!r}")
     if compiler == "auto":
-        from harness.cluster.layout import visible_gpus
 
         compiler = "gpu" if visible_gpus() and missing() is None else "cpu"
     return GpuCompiler() if compiler == "gpu" else None
@@ -144,19 +146,19 @@ class GpuCompiler:
         env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
         if not _installed():
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugin_dir()), env.get("PYTHONPATH")]))
-        self._child = subprocess.Popen([sys.executable, "-m", "harness.gpu_compiler", "serve"], env=env, text=True,
+        self._child = subprocess.Popen([sys.executable, "-m", "harness.gpu_compiler_child"], env=env, text=True,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         threading.Thread(target=_forward_stderr, args=(self._child.stderr,), daemon=True).start()
         self.compiled: dict = {}  # memory.analyse's results from this compiler, by plan
 
     def compiled_bytes(self, tech, model_cfg, shape, a, row_gpus: list[str]) -> dict:
         """memory.compiled_bytes, compiled for row_gpus[i] on mesh row i (a VM, or a stage)."""
-        self._child.stdin.write(_encode((tech, model_cfg, shape, a, row_gpus)) + "\n")
+        self._child.stdin.write(encode((tech, model_cfg, shape, a, row_gpus)) + "\n")
         self._child.stdin.flush()
         line = self._child.stdout.readline()
         if not line:
             raise RuntimeError(f"the GPU compiler's process ended (exit status {self._child.wait()})")
-        ok, value = _decode(line)
+        ok, value = decode(line)
         if not ok:
             raise value
         return value
@@ -187,39 +189,12 @@ def _forward_stderr(stream) -> None:
             sys.stderr.write(line)
 
 
-def _encode(obj) -> str:
+def encode(obj) -> str:
     return base64.b64encode(pickle.dumps(obj)).decode()
 
 
-def _decode(line: str):
+def decode(line: str):
     return pickle.loads(base64.b64decode(line))
-
-
-def _devices(gpu: str, hosts: int, per_host: int) -> list:
-    from jax.experimental import topologies
-
-    topology = topologies.get_topology_desc(platform="cuda", target_config=target_config(gpu),
-                                            topology=f"1x{hosts}x{per_host}")
-    return list(topology.devices)
-
-
-def _serve() -> None:
-    """The child: answer each request line with (True, result) or (False, the exception)."""
-    import jax
-
-    jax.config.update("jax_platforms", "cpu")
-    from harness import memory
-
-    out = sys.stdout
-    sys.stdout = sys.stderr  # nothing but answers on the pipe
-    for line in sys.stdin:
-        tech, model_cfg, shape, a, row_gpus = _decode(line)
-        try:
-            answer = True, memory.compiled_bytes(tech, model_cfg, shape, a, row_gpus=row_gpus, devices_for=_devices)
-        except Exception as e:  # the parent records it as the trial's failure
-            answer = False, RuntimeError(f"{type(e).__name__}: {e}".splitlines()[0])
-        out.write(_encode(answer) + "\n")
-        out.flush()
 
 
 def install() -> int:
@@ -227,7 +202,6 @@ def install() -> int:
     if _installed():
         print("this environment's JAX has its CUDA plugin already", file=sys.stderr)
         return 0
-    import jaxlib
 
     v = jaxlib.__version__
     return subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade",
@@ -235,21 +209,17 @@ def install() -> int:
 
 
 def main(argv=None) -> int:
-    import argparse
 
     p = argparse.ArgumentParser(prog="python -m harness.gpu_compiler", description=__doc__.split("\n")[0])
-    p.add_argument("action", choices=["install", "check", "serve"],
+    p.add_argument("action", choices=["install", "check"],
                    help=f"install: JAX's CUDA plugin into {plugin_dir()} ($HARNESS_GPU_COMPILER); check: say whether "
-                        "the GPU compiler can run here; serve: the child process's loop (memory.py starts it)")
+                        "the GPU compiler can run here")
     args = p.parse_args(argv)
     if args.action == "install":
         return install()
-    if args.action == "check":
-        why = missing()
-        print(why or "the GPU compiler can run here", file=sys.stderr)
-        return 1 if why else 0
-    _serve()
-    return 0
+    why = missing()
+    print(why or "the GPU compiler can run here", file=sys.stderr)
+    return 1 if why else 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.memory import COMPILE_ONLY  # the HLO is read, never run: skip LLVM's optimisation
+
 OPS = ("all-reduce", "reduce-scatter", "all-gather", "collective-permute", "all-to-all")
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s*=\s*(?P<shape>.*?)\s(?P<op>" + "|".join(OPS) + r")(?:-start)?\(")
 COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
@@ -87,7 +89,6 @@ def collectives(hlo_text: str, n_devices: int) -> list[Collective]:
 
 def of(plan, *args) -> list[Collective]:
     """The collectives of a Plan's step compiled for the given (abstract) arguments."""
-    from harness.memory import COMPILE_ONLY  # the HLO is read, never run: skip LLVM's optimisation
 
     text = plan.step.lower(*args).compile(COMPILE_ONLY).as_text()
     return collectives(text, plan.mesh.devices.size)

@@ -21,8 +21,10 @@ The declarations themselves are in harness.suite.deviations.
 import math
 from dataclasses import dataclass, field
 
-from harness import flops
+from harness import costmodel, flops, slices
+from harness.claims import DELTA
 from harness.config import Setup, model_config
+from harness.errors import BadInput
 
 
 @dataclass
@@ -144,9 +146,6 @@ class PaperScalePick(AtLeast):
     name = "the paper-scale shortfall of Pipeshard's T per GPU"
 
     def measure(self, run, comparison):
-        from harness import costmodel, slices
-        from harness.claims import DELTA
-        from harness.errors import BadInput
 
         (s,) = comparison.slices
         inflation = _step_inflation(run, s, "Pipeshard")

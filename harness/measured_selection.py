@@ -5,7 +5,7 @@ modes ask for it. predictor() gives the planner harness.costmodel's T for the sa
 import sys
 from pathlib import Path
 
-from harness import records, selection, slices, trials
+from harness import costmodel, flops, records, selection, slices, trials
 from harness.config import Budget, Setup, model_config
 
 
@@ -46,7 +46,6 @@ def predictor(sl: slices.Slice, budget: Budget):
     """T per GPU as harness.costmodel predicts it for this machine's emulated VMs: identical CPU
     devices, so only the techniques' own costs rank the single-VM runs. The absolute rate does
     not matter: the planner compares predictions with each other."""
-    from harness import costmodel, flops
 
     cfg = model_config(budget.model)
     setup = Setup(batch_per_gpu=budget.batch_per_gpu, micro_batches=budget.micro_batches, remat=False)

@@ -13,7 +13,7 @@ Caveat, stated in every result's source: by default the program is compiled by X
 backend, whose buffer assignment and fusion differ from the GPU backend's, so absolute figures are
 estimates; the comparison between techniques on the same compiler is what the memory claims rest
 on. gpu_compiler.py compiles the same programs with XLA's GPU compiler for the slice's own GPUs,
-without a GPU (the README's "Which compiler" has the two side by side).
+without a GPU (docs/memory.md, "Which compiler", has the two side by side).
 
 The paper does not state batch size, microbatches or precision; they are explicit assumptions
 here (config.Setup), and `harness memory` shows how the verdicts move when they change.

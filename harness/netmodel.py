@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 TCP_RMEM_MAX = 6 * 2**20  # net.ipv4.tcp_rmem, third value (6291456): the most a receiver buffers
 TCP_WMEM_MAX = 4 * 2**20  # net.ipv4.tcp_wmem, third value (4194304): the most a sender buffers
 TCP_ADV_WIN_SCALE = 1  # net.ipv4.tcp_adv_win_scale before Linux 6.6: half the receive buffer is window
-# A sender keeps about a quarter of its buffer queued unsent: measured on the emulated link, 3.15 MB
-# in flight of a 4 MiB tcp_wmem at 20-103 ms (tests_cpu/test_bench_tcp.py, in_flight_bytes).
+# A sender keeps about a quarter of its buffer queued unsent, as the emulated link measures it at the
+# paper's RTTs (tests_cpu/test_bench_tcp.py reports in_flight_bytes in its benchmark JSON).
 SEND_BUFFER_IN_FLIGHT = 0.75
 TCP_WINDOW_BYTES = min(TCP_RMEM_MAX / 2**TCP_ADV_WIN_SCALE, SEND_BUFFER_IN_FLIGHT * TCP_WMEM_MAX)  # 3 MiB
 # NCCL's socket transport: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD connections to each peer,

@@ -1,6 +1,8 @@
 """Progress on stderr: a live bar on a terminal, a plain line every tenth of the run otherwise."""
 import sys
 
+from tqdm import tqdm
+
 
 class Progress:
     def __init__(self, total: int, label: str, stream=None):
@@ -8,7 +10,6 @@ class Progress:
         self.stream = stream or sys.stderr
         self.bar = None
         if self.stream.isatty():
-            from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=label, file=self.stream, leave=False)
         self.every = max(1, total // 10)

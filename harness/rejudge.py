@@ -8,7 +8,7 @@ analyses), claims.json (the slices, and which declared limits the backend had), 
 import json
 from pathlib import Path
 
-from harness import claims, limits, records, slices
+from harness import claims, limits, records, report, similarity, slices
 from harness.suite import deviations
 
 
@@ -53,7 +53,6 @@ def judge(folder: Path) -> list[claims.Verdict]:
 def judge_links(folder: Path) -> dict | None:
     """The folder's links document (similarity.json) with its groups beyond the tolerance judged
     again against the declared limits of similarity scaling; None where the run wrote none."""
-    from harness import similarity
 
     folder = Path(folder)
     if not (folder / "similarity.json").is_file():
@@ -68,7 +67,6 @@ def write(folder: Path, verdicts: list[claims.Verdict]) -> None:
     """claims.json and claims.md of the folder, and its similarity.json's judged groups, from
     today's judgement of its records (the same measurements: a baseline refreshed after a change
     to the judging, not to the trials)."""
-    from harness import report, similarity
 
     folder = Path(folder)
     doc = json.loads((folder / "claims.json").read_text())

@@ -54,6 +54,17 @@ def counts(verdicts: list[dict]) -> str:
             + f"; {len(comps)} comparisons: " + ", ".join(f"{n} {STATUS_MARK[o]}" for o, n in by_comparison.items()))
 
 
+def by_claim(verdicts: list[dict]) -> str:
+    """A claim a row, its parts' outcomes in one cell: the short table the README shows of a
+    shipped run (tests_cpu/test_baselines.py checks that it is this run's)."""
+    rows: dict[str, list[str]] = {}
+    for v in verdicts:
+        claim, _, part = v["part"].partition(".")
+        rows.setdefault(claim, []).append(f"{part}: {STATUS_MARK[outcome(v)]}")
+    return "\n".join(["| claim | its parts |", "|---|---|"]
+                     + [f"| {claim} | {'; '.join(parts)} |" for claim, parts in sorted(rows.items())])
+
+
 def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
     lines = ["# Claims of the paper, checked", ""]
     lines += [f"- {k}: {v}" for k, v in context.items()]
@@ -128,10 +139,10 @@ def cell(r: dict | None) -> str:
 
 def draw(out: Path, trial_records: list[dict]) -> list[Path]:
     """PNG figures: per slice, time and TFLOP/s per technique (all VMs, one VM); time vs RTT."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib loads only when figures are drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib loads only when figures are drawn
 
     table = claims.Table(trial_records)
     names = sorted({k[1] for k in table.index}, key=lambda s: (claims.rtt(table, s), s))

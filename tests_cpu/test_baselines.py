@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import records, rejudge, resources
+from harness import records, rejudge, report, resources
 
 BASELINES = sorted(p for p in resources.path("baselines").iterdir() if (p / "results.jsonl").is_file())
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 # What lent machines measured, kept in the repository beside the shipped baselines.
 RECORDED = sorted(p for p in (ROOT / "reports" / "baselines").iterdir() if (p / "claims.json").is_file())
 
@@ -53,8 +54,8 @@ def test_similarity_groups_are_compared_by_slice_technique_and_group_not_by_posi
     assert any(d.startswith(said) for d in rejudge.differences(folder)), rejudge.differences(folder)
 
 
-def test_the_baselines_are_those_the_readme_names_and_its_recipe_makes():
-    named = set(re.findall(r"harness/resources/baselines/([\w-]+)", README.read_text()))
+def test_the_baselines_are_those_the_docs_name_and_their_recipe_makes():
+    named = set(re.findall(r"harness/resources/baselines/([\w-]+)", "".join(p.read_text() for p in [README, *DOCS])))
     assert named == {p.name for p in BASELINES}, named
     for folder in BASELINES:
         context = json.loads((folder / "claims.json").read_text())["context"]
@@ -66,6 +67,7 @@ def harness_cli(*args):
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_the_judge_command_says_where_a_folder_differs_and_rewrites_it_on_request(tmp_path):
     folder = tmp_path / "run"
     shutil.copytree(resources.path("baselines", "quick-similarity"), folder)
@@ -89,3 +91,10 @@ def test_the_judge_command_refuses_a_folder_that_is_no_run_in_one_line(tmp_path)
         f.write('{"not": "a record"}\n')
     broken = harness_cli("judge", str(folder))
     assert broken.returncode == 2 and broken.stderr.count("\n") == 1 and "results.jsonl" in broken.stderr, broken.stderr
+
+
+def test_the_readmes_verdicts_are_the_shipped_runs():
+    """The README's first screen shows the default baseline's verdicts: exactly what its
+    claims.json says (and, by the test above, what today's code judges of its records)."""
+    verdicts = json.loads(resources.path("baselines", "quick-similarity", "claims.json").read_text())["verdicts"]
+    assert report.by_claim(verdicts) in README.read_text()

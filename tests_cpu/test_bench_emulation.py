@@ -9,7 +9,8 @@ from harness import slices
 from harness.cluster.ray_nodes import RayCluster
 from harness.emulation.network import EmulatedNetwork, measure_throughput
 
-pytestmark = pytest.mark.usefixtures("emulation")
+# slow: benchmarks emulated slices
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ Each benchmark records what it measured next to what a loss-free TCP would do (e
 - the scale model's 16 gradient tensors all-reduced one collective per tensor and concatenated.
 The assertions are the physics the link must obey whatever the machine's load: nothing crosses
 faster than the delay allows, and the all-reduce sums right. How close to the ideal each comes is
-reported, not asserted: see the README (Emulated slices) for what was measured.
+reported, not asserted: see docs/emulation.md for what was measured.
 """
 import math
 
@@ -23,7 +23,8 @@ from harness.costmodel_check import TCP_HEADERS
 from harness.emulation.network import MTU, EmulatedNetwork, tcp_window_bytes, transfer
 from harness.netmodel import TCP_INITIAL_WINDOW_SEGMENTS, Network
 
-pytestmark = pytest.mark.usefixtures("emulation")
+# slow: benchmarks TCP and gloo over emulated links
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]
 TABLE_I_RTTS = [0.1, 20.2, 57.4, 95.9, 103.0]
 MB = 2**20
 

@@ -26,6 +26,7 @@ def test_train_help_documents_defaults():
         assert option in proc.stdout
 
 
+@pytest.mark.slow
 def test_train_json_prints_exactly_one_valid_record():
     proc = harness("train", "--model", "scale-tiny", "--steps", "50", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -36,6 +37,7 @@ def test_train_json_prints_exactly_one_valid_record():
     assert "step 50/50" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision, remat", [("bfloat16", True), ("float32-full", False)])
 def test_train_precision_and_remat_are_the_models_and_recorded(precision, remat):
     proc = harness("train", "--model", "scale-tiny", "--steps", "3", "--precision", precision,
@@ -91,6 +93,7 @@ def test_emulate_rejects_bad_flags_before_touching_the_network(args, message):
     assert proc.stderr.strip() == f"harness: error: {message}"
 
 
+@pytest.mark.slow
 def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     """Found out after the run, the record it was meant to keep would be lost."""
     blocker = tmp_path / "a-file"

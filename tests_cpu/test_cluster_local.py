@@ -4,11 +4,14 @@ import signal
 import statistics
 
 import numpy as np
+import pytest
 
 from harness.cluster.local import LocalProcesses, describe_failure
 from harness.cluster.worker import environment
 from harness.jobs import Job
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, TRAIN
+
+pytestmark = pytest.mark.slow  # trains in several processes
 
 TWO_PROCESS = ("Pipeshard",)
 

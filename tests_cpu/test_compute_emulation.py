@@ -11,7 +11,8 @@ from harness.cluster.ray_nodes import share_cores, taskset
 from harness.emulation import compute, netns
 from harness.emulation.network import EmulatedNetwork
 
-pytestmark = pytest.mark.usefixtures("emulation")
+# slow: brings up emulated slices with CPU quotas (root, cgroups)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]
 
 BUSY_S = 1.0
 # Prints the CPU time a busy loop of BUSY_S wall seconds got.

@@ -12,6 +12,8 @@ import pytest
 
 from harness.emulation.delaylink import VNET_HDR, Direction, Relay, _pareto
 
+pytestmark = pytest.mark.slow  # moves real traffic through the delay link
+
 
 @pytest.fixture(autouse=True)
 def seeded():

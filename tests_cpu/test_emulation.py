@@ -28,7 +28,8 @@ from harness.jobs import Job
 from tests_cpu.leaks import back_to, interruptible, leftovers, stopped_at_exit, wait_until
 from tests_cpu.techniques_setup import MODEL, TRAIN
 
-pytestmark = pytest.mark.usefixtures("emulation")
+# slow: brings up emulated slices (root, namespaces, Ray)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]
 TABLE_I_RTTS = [0.1, 20.2, 57.4, 95.9, 103.0]
 
 

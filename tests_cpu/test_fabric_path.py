@@ -11,11 +11,15 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness import records, slices
 from harness.config import Budget
 from harness.cluster.ray_nodes import RayCluster
 from harness.emulation.network import EmulatedNetwork, measure_rtt
 from harness.suite.privileges import require_emulation
+
+pytestmark = pytest.mark.slow  # runs the live-slice suite on an emulated slice
 
 ROOT = Path(__file__).resolve().parents[1]
 RTT_MS = 2.0

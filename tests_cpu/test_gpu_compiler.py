@@ -12,6 +12,8 @@ from harness.config import Setup, model_config
 from harness.errors import BadInput
 from harness.hardware import ACCELERATORS, GiB
 
+pytestmark = pytest.mark.slow  # needs the CUDA compiler plugin (a 480 MB download)
+
 
 def test_every_gpu_of_the_hardware_table_has_a_target_description():
     assert set(gpu_compiler.DATASHEETS) == set(ACCELERATORS)

@@ -3,8 +3,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from harness import claims, infer, paper
 from harness.config import Setup
+
+pytestmark = pytest.mark.slow  # runs trials for the inference command
 
 
 def S(batch_per_gpu: int, micro_batches: int) -> Setup:

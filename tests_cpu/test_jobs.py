@@ -1,10 +1,13 @@
 """A job: what a worker process is asked to train, and how it takes its budget."""
 import dataclasses
 
+import pytest
+
 from harness.jobs import Job, execute
 from tests_cpu.techniques_setup import MODEL, TRAIN
 
 
+@pytest.mark.slow
 def test_job_with_an_epoch_budget_trains_that_many_steps(packed):
     """The optimizer's schedule and the loop take the budget from the same place, steps or epochs."""
     budget = {**dataclasses.asdict(TRAIN), "steps": None, "epochs": 4 / packed.steps_per_epoch(TRAIN.batch_size)}

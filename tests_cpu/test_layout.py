@@ -11,6 +11,8 @@ from harness.cluster import layout
 from harness.config import Budget
 from harness.suite.privileges import require_emulation
 
+pytestmark = pytest.mark.slow  # trains through Ray on emulated VMs
+
 TABLE_I = [("vm1", 2), ("vm2", 2)]  # every slice of Table I: two VMs of two GPUs
 
 

@@ -84,6 +84,7 @@ def test_compiled_program_does_not_grow_with_depth():
     assert program_size(8) == pytest.approx(program_size(2), rel=0.02)
 
 
+@pytest.mark.slow
 def test_remat_recomputes_blocks_for_the_same_gradients_in_less_memory():
     """cfg.remat recomputes each block in the backward pass: the gradients are the same numbers,
     and the compiled step keeps fewer bytes of activations."""

@@ -19,7 +19,8 @@ import pytest
 from harness.emulation import netns
 from tests_cpu import stock_kernel
 
-pytestmark = pytest.mark.usefixtures("emulation")
+# slow: boots a stock kernel under QEMU
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]
 REPO = Path(__file__).resolve().parent.parent
 EXTRA_MS = 25.0  # what a round trip may gain beyond its target: TCG's packet path on a busy machine
 

@@ -14,6 +14,7 @@ def record(fixture_corpus):
     return records.build(model_cfg, cfg, packed, train.train(model_cfg, cfg, packed))
 
 
+@pytest.mark.slow
 def test_real_record_round_trips_through_jsonl(record, tmp_path):
     path = tmp_path / "results.jsonl"
     records.append(path, record)

@@ -23,6 +23,7 @@ def fifth():
         TECHNIQUES.pop("Fifth", None)
 
 
+@pytest.mark.slow
 def test_a_registered_technique_trains_as_the_one_it_copies(fifth, packed):
     def losses(name):
         plan = technique(name, micro_batches=MICRO_BATCHES).build(MODEL, ClusterShape(2, 2), TRAIN, TRAIN.steps)

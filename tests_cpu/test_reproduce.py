@@ -6,9 +6,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harness import records
 from harness.suite.privileges import require_emulation
 from tests_cpu.leaks import back_to, interruptible, leftovers, stopped_at_exit
+
+pytestmark = pytest.mark.slow  # runs reproduce on emulated slices
 
 
 def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_path):

@@ -42,7 +42,7 @@ GOOD = 'name = "x"\nrtt_ms = 10\n[[vm]]\nsite = "A"\ngpus = 2\ngpu = "T4"\n'
     (GOOD.replace("[[vm]]", "vm = []\n").split("vm = []")[0] + "vm = []\n", "slice.toml: field 'vm' must be a list of at least 1"),
     (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-B" = 5}') + '[[vm]]\nsite = "C"\nname = "x"\ngpus = 2\ngpu = "A30"\n',
      "slice.toml: field 'rtt_ms': key 'A-B' must be SITE-SITE with sites of this slice (A, C)"),
-    # The bounds (README, "Slice files"): finite numbers, sizes a cluster can have, safe names.
+    # The bounds (docs/emulation.md, "Slice files"): finite numbers, sizes a cluster can have, safe names.
     (GOOD.replace("rtt_ms = 10", "rtt_ms = nan"), "slice.toml: field 'rtt_ms' must be a finite number, got nan"),
     (GOOD.replace("rtt_ms = 10", "rtt_ms = inf"), "slice.toml: field 'rtt_ms' must be a finite number, got inf"),
     (GOOD.replace("rtt_ms = 10", 'rtt_ms = {"A-A" = -inf}'), "field 'rtt_ms.A-A' must be a finite number"),

@@ -18,6 +18,8 @@ from harness.techniques.pipeshard_stages import balance
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, SHAPES, TRAIN, UNTIED
 
+pytestmark = pytest.mark.slow  # compiles and trains every technique on four devices
+
 
 def run_in_process(name, cfg, shape, packed, **options):
     plan = technique(name, micro_batches=MICRO_BATCHES, **options).build(cfg, ClusterShape(*shape), TRAIN, TRAIN.steps)

@@ -5,6 +5,8 @@ import pytest
 from harness import data, train
 from harness.config import TrainConfig, model_config
 
+pytestmark = pytest.mark.slow  # trains the scale models for hundreds of steps
+
 MODEL = model_config("scale-tiny")
 CONFIG = TrainConfig(steps=300, batch_size=16, seq_len=64, seed=0)
 

@@ -9,6 +9,8 @@ from harness.techniques import ClusterShape, technique
 from harness.techniques.contract import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, RING_PASS, SCALAR, SEND, Step)
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, TRAIN
 
+pytestmark = pytest.mark.slow  # compiles every technique's step to read its HLO
+
 HOSTS, PER_HOST = 2, 2
 HLO_OP = {ALL_REDUCE: "all-reduce", REDUCE_SCATTER: "reduce-scatter", ALL_GATHER: "all-gather",
           SEND: "collective-permute", RING_PASS: "collective-permute"}

@@ -27,12 +27,14 @@ COORDINATOR_PORT = 7301
 
 
 def serve() -> int:
+    # deferred: only a VM's process loads it, once init_distributed has set JAX up
     from harness.cluster.worker import init_distributed
 
     answers = os.fdopen(os.dup(1), "w")  # the answers alone on stdout; any library's output to stderr
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     init_distributed()
+    # deferred: only a VM's process loads it, once init_distributed has set JAX up
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -79,6 +81,7 @@ class AllReduce:
     """One collective process per VM of an emulated network, kept up across changes of the link."""
 
     def __init__(self, net):
+        # deferred: only a VM's process loads it, once init_distributed has set JAX up
         from harness.cluster.worker import environment
 
         self.net = net

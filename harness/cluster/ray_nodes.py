@@ -2,8 +2,8 @@
 the head on VM1 and a worker on every other VM, each with its own temp dir, no dashboard and no
 usage stats, a custom resource naming its VM, and the VM's CPU count. No log monitor either: it
 forwards workers' output to drivers that ask for it, and ours does not (log_to_driver=False; the
-output stays in the node's logs); without it a node starts about 1 s sooner (measured: 3.8 -> 2.8 s
-for the head, 2.9 -> 1.9 s for vm2). GPUs are not Ray's to hand out here: the driver is told each
+output stays in the node's logs); without it a node starts sooner (tests_cpu/test_bench_emulation.py
+times bring-up). GPUs are not Ray's to hand out here: the driver is told each
 VM's processes and GPUs (harness.cluster.layout), which may share this machine's GPUs.
 
 The driver runs where the paper's ran, on VM1 (a Ray driver needs a local node): RayCluster.driver()

@@ -44,7 +44,7 @@ def heartbeat_of(env) -> int:
 
 
 def init_distributed() -> None:
-    import jax
+    import jax  # deferred: only a VM's process loads it, once init_distributed has set JAX up
 
     if jax.config.jax_platforms in (None, "", "cpu"):
         jax.config.update("jax_num_cpu_devices", int(os.environ["HARNESS_LOCAL_DEVICES"]))
@@ -60,8 +60,9 @@ def init_distributed() -> None:
 def batch() -> int:
     jobs = json.load(sys.stdin)
     init_distributed()
-    import jax
+    import jax  # deferred: only a VM's process loads it, once init_distributed has set JAX up
 
+    # deferred: only a VM's process loads it, once init_distributed has set JAX up
     from harness.jobs import Job, execute
 
     try:
@@ -79,6 +80,7 @@ def serve() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     init_distributed()
+    # deferred: only a VM's process loads it, once init_distributed has set JAX up
     from harness.cluster import protocol
     from harness.jobs import Job, start
 

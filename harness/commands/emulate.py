@@ -5,14 +5,10 @@ import sys
 import time
 
 from harness import slices
+from harness.cluster.ray_nodes import RayCluster
 from harness.emulation import netns
 from harness.emulation.network import (
-    MECHANISMS,
-    EmulatedNetwork,
-    choose_mechanism,
-    measure_rtt,
-    measure_throughput,
-    tcp_window_bytes,
+    MECHANISMS, EmulatedNetwork, choose_mechanism, measure_rtt, measure_throughput, tcp_window_bytes,
 )
 from harness.errors import BadInput
 
@@ -81,7 +77,6 @@ def run(args) -> tuple[int, dict]:
         result["tcp_window_bytes"] = window
         result["links"], result["packets"] = net.settings(), net.counters()
         if args.ray:
-            from harness.cluster.ray_nodes import RayCluster
 
             with RayCluster(net) as cluster:
                 result["ray_nodes"] = cluster.drive({"do": "nodes"})

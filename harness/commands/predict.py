@@ -3,7 +3,7 @@ import argparse
 import dataclasses
 import sys
 
-from harness import costmodel, inputs, measured_link, slices
+from harness import costmodel, data, inputs, measured_link, slices
 from harness.config import Setup, model_config
 from harness.errors import BadInput
 from harness.hardware import ACCELERATORS
@@ -75,7 +75,6 @@ def run(args) -> tuple[int, dict]:
 
 
 def corpus_tokens() -> float:
-    from harness import data
 
     print("predict: counting the embedded corpus ...", file=sys.stderr, flush=True)
     return sum(len(t) for t in data.load_corpus().texts) / CHARS_PER_TOKEN

@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import compare, inputs, report, resources, slices
+from harness import compare, infer, inputs, report, resources, slices
+from harness.config import model_config
 from harness.suite.options import CLAIMS_ACROSS_VMS
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
@@ -41,10 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the trials at the paper's RTTs as they are, with the CPU runtime's per-tensor "
                         "collectives (default: similarity-scaled links, with the collectives combined as on GPUs: "
                         "each slice's RTT and rate set so that the scale model splits its steps as gpt2m did in the "
-                        "paper; see the README, 'Similarity scaling')")
+                        "paper; see docs/claims.md, 'Similarity scaling')")
     p.add_argument("--gpu-speeds", action="store_true",
                    help="each emulated VM computes at its GPU's speed against the run's fastest, by a CPU quota "
-                        "(default: every VM at its cores' full speed; see the README, 'The scale model on CPU')")
+                        "(default: every VM at its cores' full speed; see docs/claims.md, 'The scale model on CPU')")
     p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
     p.add_argument("--out", default="reports", metavar="DIR",
                    help="parent of the run folder (default: reports/ of the current directory)")
@@ -66,7 +67,6 @@ def run(args) -> tuple[int, dict]:
         settings["slices"] = ",".join(str(Path(s).resolve()) if Path(s).is_file() else s for s in args.slice)
         # a bad slice file fails here, with the field named
         slices.one_shape([slices.across_vms(slices.load(s), CLAIMS_ACROSS_VMS) for s in args.slice])
-    from harness.config import model_config
 
     model_config(args.model)
     inputs.positive("--threshold", args.threshold)
@@ -114,7 +114,6 @@ INTERRUPTED = 130
 def _infer(which: str, out: Path, narrower: tuple[str, ...] = ()) -> int:
     """`memory --infer` on each slice of the run (all Table I slices for 'all'), into the report;
     `narrower`: more of its options (a smaller space)."""
-    from harness import infer
 
     names = {"all": slices.TABLE_I_ORDER, "quick": ("TACC-TACC", "UTAH-GPN")}.get(which, which.split(","))
     argv = [sys.executable, "-m", "harness", "memory", "--infer", "--json", *narrower]

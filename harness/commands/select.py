@@ -11,8 +11,9 @@ import datetime
 import json
 import math
 
-from harness import inputs, measured_selection, selection, slices, trials
-from harness.config import Budget, model_config
+from harness import data, inputs, measured_selection, selection, slices, trials
+from harness.config import Budget, TrainConfig, model_config
+from harness.emulation import compute, netns
 from harness.errors import BadInput
 from harness.noise import MIN_TIMED_STEPS
 
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="time this many epochs of the corpus per trial instead (counted at the batch of all "
                              f"VMs; at least {MIN_TIMED_STEPS} steps)")
     p.add_argument("--mode", default="both", choices=[*selection.MODES, "both"],
-                   help="published: Algorithm 1 as printed; corrected: by time to train, see the README; "
+                   help="published: Algorithm 1 as printed; corrected: by time to train (docs/selection-and-costmodel.md); "
                         "both (default): each, from one set of trials")
     p.add_argument("--planner", action="store_true",
                    help="skip single-VM runs that the cost model (harness.costmodel) says cannot change the decision")
@@ -46,8 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def steps_for(args, sl: slices.Slice) -> int:
     if args.eps is None:
         return args.steps
-    from harness import data
-    from harness.config import TrainConfig
 
     cfg = model_config(args.model)
     batch = Budget(model=args.model).batch_per_gpu * sl.gpus_per_vm * len(sl.vms)
@@ -67,7 +66,6 @@ def run(args) -> tuple[int, dict]:
     names = [vm.name for vm in sl.vms]
     for mode in modes:  # --delta, --margin and the VMs are checked before anything starts
         selection.select(mode, names, lambda t, v: 1.0, args.delta, margin=args.margin)
-    from harness.emulation import compute, netns
 
     problem = netns.missing_privileges() or (compute.missing() if compute.limited(compute.shares([sl])) else None)
     if problem:

@@ -3,6 +3,8 @@ import argparse
 import dataclasses
 import sys
 
+import jax
+
 from harness import data, inputs, records, train
 from harness.config import MODELS, PRECISIONS, TrainConfig, compute_dtype, model_config
 from harness.progress import Progress
@@ -47,7 +49,6 @@ def run(args) -> tuple[int, dict]:
     model_cfg = dataclasses.replace(model_config(args.model), dtype=compute_dtype(args.precision),
                                     remat=args.remat)
     if args.precision == "float32-full":
-        import jax
 
         jax.config.update("jax_default_matmul_precision", "highest")
     cfg = TrainConfig(batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,

@@ -18,9 +18,9 @@ RECORDS = Path("/run/fabric-harness")
 ETC_NETNS = Path("/etc/netns")
 # Linux's default congestion control, CUBIC, as on the paper's VMs unless they were tuned (it does
 # not say). A namespace otherwise inherits the machine's, which may be BBR (this suite's machines):
-# BBR keeps the smallest RTT it saw for 10 s, so after a live change from 0.1 to 20 ms a
-# connection's window stayed at 14 segments and a 17 MB all-reduce took 61-118 round trips
-# instead of 10 (measured, `ss -ti`).
+# BBR keeps the smallest RTT it saw for 10 s, so after a live change of the link's RTT a
+# connection's window stays sized for the old one and an all-reduce takes several times its round
+# trips (`ss -ti` shows it).
 CONGESTION_CONTROL = "cubic"
 
 

@@ -26,9 +26,9 @@ from harness.slices import Slice
 
 SUBNET = "198.18.0"
 # Jumbo frames, as FABRIC's dataplane carries: large enough that the relay moves about 1 GB/s,
-# small enough that TCP opens as on a real path. At 65000 bytes the receiver's window grew from one
-# segment and a 17 MB transfer took 2.6-4x an ideal TCP; at 9000 it takes 1.12-1.21x, and at 1500 the
-# relay tops out near 200 MB/s (tests_cpu/test_bench_tcp.py, measured side by side).
+# small enough that TCP opens as on a real path: at 65000 bytes the receiver's window grows from one
+# segment, and at 1500 the relay moves a fraction of the link (tests_cpu/test_bench_tcp.py measures
+# the transfers side by side).
 MTU = 9000
 
 
@@ -47,7 +47,7 @@ def choose_mechanism(requested: str = "auto") -> str:
         return "netem"
     if requested == "netem":
         raise netns.Unavailable(f"the netem delay mechanism cannot be used: {why}; use the userspace delay link")
-    # Said, since the two differ in what they carry (a lent GPU machine's link took 142 MB/s).
+    # Said, since the two differ in what they carry (the run's records keep what each link measured).
     print(f"the userspace delay link, as netem cannot be used here: {why}", file=sys.stderr)
     return "userspace"
 

@@ -14,6 +14,10 @@ from enum import StrEnum
 
 import pytest
 
+from harness import inventory, slices
+from harness.cluster import layout
+from harness.config import model_config
+from harness.emulation import compute
 from harness.suite import options
 from harness.suite.privileges import require_emulation
 
@@ -38,7 +42,8 @@ class Backend:
 
     @property
     def limits(self) -> tuple:
-        from harness.suite import deviations  # not at load: the plugin imports this module before JAX is configured
+        # deferred: pytest loads the plugin before conftest configures JAX
+        from harness.suite import deviations
 
         return deviations.declared(self.declared)
 
@@ -46,6 +51,7 @@ class Backend:
         """The links document of the run (similarity.json): the calibration and, per slice, the
         groups of the link the trials ran on and the paper's. On literal links, the links
         similarity scaling would pick from these trials (recs), worked out once."""
+        # deferred: pytest loads the plugin before conftest configures JAX
         from harness import calibration
 
         if self.kind is not Kind.EMULATED_CPU or self.scaling is None:
@@ -70,7 +76,6 @@ def kind_of(node) -> Kind | None:
 
 def live_slice(config):
     """(slice, Ray address, platform) from --slice-inventory, or None when none is given."""
-    from harness import inventory, slices
 
     path = config.getoption("--slice-inventory")
     if not path:
@@ -81,7 +86,7 @@ def live_slice(config):
 
 def wanted_trials(config, kind: Kind) -> list:
     """The trials a backend runs, known at collection time (they parametrize test_trial)."""
-    from harness import trials
+    from harness import trials  # deferred: pytest loads the plugin before conftest configures JAX
 
     if kind is Kind.LIVE:
         live = live_slice(config)
@@ -92,10 +97,8 @@ def wanted_trials(config, kind: Kind) -> list:
 @contextlib.contextmanager
 def open_backend(config, kind: Kind, log=None):
     """log: the session's ClaimsLog, which keeps the calibration trials' records."""
+    # deferred: pytest loads the plugin before conftest configures JAX
     from harness import calibration, trials
-    from harness.cluster import layout
-    from harness.config import model_config
-    from harness.emulation import compute
 
     wanted = wanted_trials(config, kind)
     if kind is Kind.LIVE:

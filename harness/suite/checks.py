@@ -6,7 +6,6 @@ import contextlib
 import pytest
 
 from harness import claims, gpu_compiler, limits, memory, trials
-from harness.config import Setup
 from harness.suite import options
 from harness.suite.session import ClaimsLog
 
@@ -61,7 +60,6 @@ def check_claim(verdict: claims.Verdict, log: ClaimsLog, declared=(), run: limit
 
 
 # -- memory (C4) ---------------------------------------------------------------------------------
-MEMORY_ASSUMPTIONS = Setup()  # the paper states no batch, microbatches or precision: see Setup's defaults
 
 
 def memory_records(config) -> list[dict]:
@@ -71,5 +69,5 @@ def memory_records(config) -> list[dict]:
         for m in options.memory_models(config):
             for sl in options.claim_slices(config):  # all VMs, and each VM alone (the paper ran both; C4 compares both)
                 for gpus in (sl.gpus_per_vm * len(sl.vms), sl.gpus_per_vm):
-                    out += memory.analyse(sl, m, gpus, MEMORY_ASSUMPTIONS, compiler=compiler)
+                    out += memory.analyse(sl, m, gpus, options.MEMORY_ASSUMPTIONS, compiler=compiler)
     return out

@@ -6,7 +6,7 @@ network, timed by pytest-benchmark. One emulated cluster and one compiled step p
 serve every slice: the link's RTT changes between slices. The claims then judge the table.
 
 The scale model (scale-small: 4 layers, 256 wide, 4.3 M parameters, sequences of 128) and why it
-sits in the paper's regime: see the README, "The scale model on CPU". Its gradients (17 MB) against one
+sits in the paper's regime: see docs/claims.md, "The scale model on CPU". Its gradients (17 MB) against one
 microbatch's activations (0.5 MB) give a ratio of 34; at the paper's RTTs every cross-VM collective
 costs more than a step's compute on one core, as gpt2m's 1.4 GB all-reduce does on the paper's GPUs.
 

@@ -3,7 +3,10 @@ trials and the paper-scale models of the memory claims."""
 import os
 
 from harness import slices
-from harness.config import PRECISIONS, Budget, Technique, model_config
+from harness.config import PRECISIONS, Budget, Setup, Technique, model_config
+
+# The memory claims' setup: the paper states no batch, microbatches or precision (see Setup's defaults).
+MEMORY_ASSUMPTIONS = Setup()
 
 QUICK_SLICES = ("TACC-TACC", "UTAH-GPN")  # one single-site slice and the nearest two-site one
 REPORT_ENV = "HARNESS_REPORT_DIR"
@@ -32,7 +35,7 @@ def add_options(parser) -> None:
     g.addoption("--gpu-speeds", action="store_true",
                 help="on CPU, each emulated VM computes at its GPU's speed against the run's fastest (a CPU quota per "
                      "VM, harness/emulation/compute.py: a T4 VM at half an RTX VM's); default: every VM at its "
-                     "cores' full speed (see the README, 'The scale model on CPU', for what the quota also slows)")
+                     "cores' full speed (see docs/claims.md, 'The scale model on CPU', for what the quota also slows)")
     g.addoption("--memory-models", default="gpt2m,gpt2L", metavar="LIST",
                 help="paper-scale models for the memory claims (default: %(default)s)")
     g.addoption("--memory-compiler", default="auto", choices=("auto", "cpu", "gpu"),
@@ -85,7 +88,7 @@ def emulated_trials(config) -> list:
     """Every technique on all VMs of each slice and on the first VM alone (the paper's single-VM
     runs: C3, C5); Data and Shard on each other VM alone (Algorithm 1, C7). Emulated VMs are
     identical shares of one machine; a live slice runs every technique on every VM instead."""
-    from harness import trials
+    from harness import trials  # deferred: pytest loads the plugin before conftest configures JAX
 
     out = []
     for sl in claim_slices(config):

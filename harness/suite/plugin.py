@@ -3,8 +3,13 @@ the claims_backend marker, the trial parametrization and the fixtures (`claims_l
 
 It imports nothing heavy at load time: pytest loads it before any conftest, and a conftest may
 still have to configure JAX (the number of CPU devices) before JAX is imported."""
+import dataclasses
+
+import pytest
+
+from harness.errors import BadInput
 from harness.suite import options
-from harness.suite.backends import MARKER, backend  # noqa: F401 - fixtures of the plugin
+from harness.suite.backends import MARKER, backend, kind_of, live_slice, wanted_trials  # noqa: F401 - fixtures
 from harness.suite.session import claims_log  # noqa: F401
 
 
@@ -15,11 +20,6 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}(kind): the backend a claims test module runs its trials on "
                                        "(emulated-cpu, emulated-gpu or live)")
-    import pytest
-
-    from harness.errors import BadInput
-    from harness.suite.backends import live_slice
-
     # Bad options stop the session in one line, before any test is collected.
     readers = {"--claims-slices": options.claim_slices, "--memory-models": options.memory_models,
                "--trial-model": options.trial_model, "--trial-repeats": options.budget,
@@ -31,6 +31,7 @@ def pytest_configure(config):
         except BadInput as e:
             raise pytest.UsageError(f"{option}: {e}") from None
     if config.getoption("--claims-slices") not in ("quick", "all"):
+        # deferred: pytest loads the plugin before conftest configures JAX
         from harness import memory
 
         # The memory claims compile for every GPU of the largest slice; Table I's 4 are the conftest's.
@@ -39,8 +40,6 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     """A test that takes `trial` runs once per trial of its module's backend."""
-    from harness.suite.backends import kind_of, wanted_trials
-
     if "trial" not in metafunc.fixturenames:
         return
     kind = kind_of(metafunc.definition)
@@ -53,8 +52,7 @@ def pytest_generate_tests(metafunc):
 def pytest_benchmark_update_json(config, benchmarks, output_json):
     """Each trial's parameter in the benchmark JSON as its fields, where pytest-benchmark would
     write `UNSERIALIZABLE[Trial(...)]`: regression tracking reads these reports by machine."""
-    import dataclasses
-
+    # deferred: pytest loads the plugin before conftest configures JAX
     from harness.trials import Trial
 
     for bench in output_json.get("benchmarks", []):

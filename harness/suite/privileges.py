@@ -6,11 +6,11 @@ import os
 
 import pytest
 
+from harness.emulation import compute, netns
+
 
 def require_emulation(mixed_gpus: bool = False) -> None:
     """mixed_gpus: the slices' VMs compute at different speeds (emulated on CPU)."""
-    from harness.emulation import compute, netns
-
     problem = netns.missing_privileges() or (compute.missing() if mixed_gpus else None)
     if problem is None:
         return

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import slices
 from harness.suite import options
 
 
@@ -31,6 +32,7 @@ class ClaimsLog:
 
     def evidence(self, backend, recs: list[dict]):
         """What a declared limit's mechanism may read: this run's trials, memory analyses and links."""
+        # deferred: pytest loads the plugin before conftest configures JAX
         from harness import limits
 
         if self.links is None:
@@ -39,6 +41,7 @@ class ClaimsLog:
         return limits.Run(recs, self.memory, self.links)
 
     def add(self, trial, record: dict) -> None:
+        # deferred: pytest loads the plugin before conftest configures JAX
         from harness import records
 
         self.trials[trial] = record
@@ -46,6 +49,7 @@ class ClaimsLog:
             records.append(self.directory / "results.jsonl", record)
 
     def add_calibration(self, record: dict) -> None:
+        # deferred: pytest loads the plugin before conftest configures JAX
         from harness import records
 
         self.calibration.append(record)
@@ -53,8 +57,8 @@ class ClaimsLog:
             records.append(self.directory / "calibration.jsonl", record)
 
     def write(self, directory: Path) -> None:
-        from harness import report, slices
-        from harness.suite.checks import MEMORY_ASSUMPTIONS
+        # deferred: pytest loads the plugin before conftest configures JAX
+        from harness import report
 
         chosen = options.claim_slices(self.config)
         context = {"slices": ", ".join(sl.name for sl in chosen),
@@ -62,11 +66,12 @@ class ClaimsLog:
                    "trial budget": str(self.budget or options.budget(self.config)),
                    "links": self.scaling.mode if self.scaling else options.link_scaling(self.config),
                    "declared limits": self.declared or "none",
-                   "memory assumptions": str(MEMORY_ASSUMPTIONS),
+                   "memory assumptions": str(options.MEMORY_ASSUMPTIONS),
                    "memory compiler": ", ".join(sorted({r["memory"]["source"] for r in self.memory})) or "none",
                    "trials run": len(self.trials), "wall time (s)": round(time.time() - self.started),
                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         if self.links is not None:
+            # deferred: pytest loads the plugin before conftest configures JAX
             from harness import similarity
 
             directory.mkdir(parents=True, exist_ok=True)

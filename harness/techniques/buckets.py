@@ -10,9 +10,8 @@ xla_gpu_reduce_scatter_combine_threshold_bytes and xla_gpu_all_gather_combine_th
 XLA's CPU runtime does not: it runs a combined collective operand by operand, each a gloo ring
 paying its own round trips (xla/service/cpu/runtime/all_reduce_thunk.cc). Data and ZeRO2 built
 with combine=True concatenate each bucket into one flat buffer themselves, which gives the CPU the
-GPUs' round trips. Measured over the emulated link with scale-small's 16 gradient tensors
-(16.2 MB, 2 VMs x 2 devices): one flat buffer took 0.355 s at 20.2 ms where the tensors one by one
-took 2.01 s. The claims' CPU trials combine on similarity-scaled links, the paper's regime, and
+GPUs' round trips (tests_cpu/test_bench_tcp.py measures both over the emulated link, side by
+side, with scale-small's gradient tensors). The claims' CPU trials combine on similarity-scaled links, the paper's regime, and
 not on its literal RTTs, where the CPU runtime's own per-tensor collectives are kept
 (harness.suite.backends).
 """
