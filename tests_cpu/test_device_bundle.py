@@ -109,6 +109,7 @@ def test_install_puts_the_bundle_first_and_keeps_its_libraries_from_what_ip_star
     assert "LD_LIBRARY_PATH" not in started_with
 
 
+@pytest.mark.slow  # unpacks the bundle's Debian packages and wheels
 @needs_dpkg
 def test_install_names_the_claims_plugin_only_where_pytest_would_not_find_it(tmp_path):
     """Named where pytest also finds its entry point (the suite installed, even editable), the
