@@ -590,7 +590,6 @@ class _Crashed(Exception):
 def algorithm_1(t: Table, s: str, delta: float):
     """Algorithm 1 as published over the trials of slice s (its T from each record): the decision,
     or raises _Missing / _Crashed for a trial it needs."""
-
     every = t.get("Pipeshard", s)
     if every is None:
         raise _Missing(f"Pipeshard on all VMs of {s}")

@@ -21,7 +21,6 @@ def _version(name: str) -> str | None:
 
 
 def describe() -> dict:
-
     return {
         "python": platform.python_version(),
         "packages": {name: _version(name) for name in PACKAGES},
@@ -36,7 +35,6 @@ def peak(dtype: str, full_fp32: bool | None = None) -> tuple[float | None, str |
     """(the device's peak TFLOP/s for MFU, the arithmetic it is the peak of: float32, tf32,
     bfloat16, float16), when it is a GPU the suite knows; (None, None) on CPU. Full-precision float32
     is what jax_default_matmul_precision = "highest" asks for; full_fp32=None reads that setting here."""
-
 
     device = jax.devices()[0]
     accelerator = hardware.identify(device.device_kind) if device.platform == "gpu" else None

@@ -91,7 +91,6 @@ device_description_str: "{gpu}"
 
 def plugin_dir() -> Path:
     """Where the plugin's wheels are unpacked when the environment itself does not have them."""
-
     return Path(os.environ["HARNESS_GPU_COMPILER"]) if os.environ.get("HARNESS_GPU_COMPILER") \
         else cache_dir("gpu-compiler")
 
@@ -209,7 +208,6 @@ def install() -> int:
 
 
 def main(argv=None) -> int:
-
     p = argparse.ArgumentParser(prog="python -m harness.gpu_compiler", description=__doc__.split("\n")[0])
     p.add_argument("action", choices=["install", "check"],
                    help=f"install: JAX's CUDA plugin into {plugin_dir()} ($HARNESS_GPU_COMPILER); check: say whether "

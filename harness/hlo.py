@@ -89,6 +89,5 @@ def collectives(hlo_text: str, n_devices: int) -> list[Collective]:
 
 def of(plan, *args) -> list[Collective]:
     """The collectives of a Plan's step compiled for the given (abstract) arguments."""
-
     text = plan.step.lower(*args).compile(COMPILE_ONLY).as_text()
     return collectives(text, plan.mesh.devices.size)

@@ -146,7 +146,6 @@ class PaperScalePick(AtLeast):
     name = "the paper-scale shortfall of Pipeshard's T per GPU"
 
     def measure(self, run, comparison):
-
         (s,) = comparison.slices
         inflation = _step_inflation(run, s, "Pipeshard")
         try:

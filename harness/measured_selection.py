@@ -46,7 +46,6 @@ def predictor(sl: slices.Slice, budget: Budget):
     """T per GPU as harness.costmodel predicts it for this machine's emulated VMs: identical CPU
     devices, so only the techniques' own costs rank the single-VM runs. The absolute rate does
     not matter: the planner compares predictions with each other."""
-
     cfg = model_config(budget.model)
     setup = Setup(batch_per_gpu=budget.batch_per_gpu, micro_batches=budget.micro_batches, remat=False)
 

@@ -53,7 +53,6 @@ def judge(folder: Path) -> list[claims.Verdict]:
 def judge_links(folder: Path) -> dict | None:
     """The folder's links document (similarity.json) with its groups beyond the tolerance judged
     again against the declared limits of similarity scaling; None where the run wrote none."""
-
     folder = Path(folder)
     if not (folder / "similarity.json").is_file():
         return None
@@ -67,7 +66,6 @@ def write(folder: Path, verdicts: list[claims.Verdict]) -> None:
     """claims.json and claims.md of the folder, and its similarity.json's judged groups, from
     today's judgement of its records (the same measurements: a baseline refreshed after a change
     to the judging, not to the trials)."""
-
     folder = Path(folder)
     doc = json.loads((folder / "claims.json").read_text())
     recs = records.read(results_file(folder))

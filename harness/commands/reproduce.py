@@ -114,7 +114,6 @@ INTERRUPTED = 130
 def _infer(which: str, out: Path, narrower: tuple[str, ...] = ()) -> int:
     """`memory --infer` on each slice of the run (all Table I slices for 'all'), into the report;
     `narrower`: more of its options (a smaller space)."""
-
     names = {"all": slices.TABLE_I_ORDER, "quick": ("TACC-TACC", "UTAH-GPN")}.get(which, which.split(","))
     argv = [sys.executable, "-m", "harness", "memory", "--infer", "--json", *narrower]
     for name in names:

@@ -76,7 +76,6 @@ def kind_of(node) -> Kind | None:
 
 def live_slice(config):
     """(slice, Ray address, platform) from --slice-inventory, or None when none is given."""
-
     path = config.getoption("--slice-inventory")
     if not path:
         return None
