@@ -130,7 +130,6 @@ def choose(compiler: str):
     if compiler not in COMPILERS:
         raise BadInput(f"compiler must be one of {', '.join(COMPILERS)}, got {compiler!r}")
     if compiler == "auto":
-
         compiler = "gpu" if visible_gpus() and missing() is None else "cpu"
     return GpuCompiler() if compiler == "gpu" else None
 

@@ -10,7 +10,6 @@ class Progress:
         self.stream = stream or sys.stderr
         self.bar = None
         if self.stream.isatty():
-
             self.bar = tqdm(total=total, desc=label, file=self.stream, leave=False)
         self.every = max(1, total // 10)
 

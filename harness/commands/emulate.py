@@ -77,7 +77,6 @@ def run(args) -> tuple[int, dict]:
         result["tcp_window_bytes"] = window
         result["links"], result["packets"] = net.settings(), net.counters()
         if args.ray:
-
             with RayCluster(net) as cluster:
                 result["ray_nodes"] = cluster.drive({"do": "nodes"})
         teardown = time.perf_counter()

@@ -75,7 +75,6 @@ def run(args) -> tuple[int, dict]:
 
 
 def corpus_tokens() -> float:
-
     print("predict: counting the embedded corpus ...", file=sys.stderr, flush=True)
     return sum(len(t) for t in data.load_corpus().texts) / CHARS_PER_TOKEN
 

@@ -49,7 +49,6 @@ def run(args) -> tuple[int, dict]:
     model_cfg = dataclasses.replace(model_config(args.model), dtype=compute_dtype(args.precision),
                                     remat=args.remat)
     if args.precision == "float32-full":
-
         jax.config.update("jax_default_matmul_precision", "highest")
     cfg = TrainConfig(batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
                       learning_rate=args.lr, steps=args.steps, epochs=args.epochs)
