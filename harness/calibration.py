@@ -158,7 +158,7 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
 def scale_one(runner: Runner, sl: Slice, net, device_flops: float) -> similarity.Scaled:
     """The link on which the scale model has sl's groups; its VMs compute at device_flops times
     their GPUs' shares, as the run's VMs do (harness.emulation.compute)."""
-    shares = runner.quotas.run_shares.get(sl.name, {}) if runner.quotas is not None else {}
+    shares = runner.compute_shares(sl.name)
     devices = costmodel.Devices(tuple(device_flops * shares.get(vm.name, 1.0) for vm in sl.vms),
                                 (1e15,) * len(sl.vms), sl.gpus_per_vm)
     return similarity.scale(sl, model_config(PAPER_MODEL), Setup(), runner.model_cfg, scale_setup(runner), net,
@@ -173,7 +173,7 @@ def from_records(runner: Runner, recs: list[dict], mode: str) -> Scaling:
                                                         per_tensor=not runner.budget.combine)
     scaled = [scale_one(runner, sl, net, device_flops) for sl in runner.paper_slices.values()]
     calibration = {"device_flops": device_flops, "per_collective_s": net.per_collective_s,
-                   "tcp_buffer_bytes": runner.network.tcp_buffer_bytes if runner.network else None,
+                   "tcp_buffer_bytes": getattr(runner.cluster, "tcp_buffer_bytes", None),
                    "window_bytes": net.window_bytes, "link_bytes_per_s": net.link_bytes_per_s,
                    "per_tensor": net.per_tensor, "from_trials": used,
                    "window_bytes_on": {}}  # slice -> the window refit on its scaled link

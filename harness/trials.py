@@ -1,33 +1,23 @@
 """Trials: one technique on one slice, on all its VMs or on one, trained for a short budget and timed.
 
-A trial runs real training steps through the harness of the earlier layers: Ray actors pinned one
-per VM start `harness.cluster.worker --serve`, which brings up jax.distributed and keeps each technique's
-compiled step alive. The cluster is either
-- emulated (emulated()): a slice's VMs as network namespaces joined by the delay link, one Ray node
-  each, on CPU at their cores' full speed or, asked, at their GPUs' relative speeds
-  (harness.emulation.compute). The slices of one run differ only in their links and GPU types
-  (Table I: two VMs of two GPUs each), so one cluster serves them all: before a slice's trials the
-  link is set to that slice's RTTs (and the VMs to its GPUs' speeds), and every compiled step is
-  reused across the sweep;
-- live (live()): a running Ray cluster on real VMs, described by an inventory; RTTs are measured.
+A trial runs real training steps on a cluster (harness.cluster.contract.Cluster): worker
+processes, one per VM, that bring up jax.distributed and keep each technique's compiled step
+alive. The slices of one run differ only in their links and GPU types (Table I: two VMs of two
+GPUs each), so one cluster serves them all: before a slice's trials the cluster is given that
+slice's links (an emulated one sets them; a live one has its own) and its RTT is measured, and
+every compiled step is reused across the sweep. Where the clusters come from: harness.suite.backends.
 
 Per trial: `warmup_steps` untimed steps, then `repeats` timed steps, one at a time (Runner.step), so
 that a caller (pytest-benchmark's pedantic mode) can time each round. The record keeps every step time; its
 median is the trial's step time, its spread the noise the claims weigh differences against. A
 trial that cannot be built or fails mid-way is a record with status oom or error (the paper's x).
 """
-import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
 from harness import data, records, train
-from harness.cluster import layout, protocol
-from harness.cluster.driver_client import DriverClient, DriverError
-from harness.cluster.ray_nodes import RayCluster
+from harness.cluster.contract import Cluster, Failed, GroupLost
 from harness.config import Budget, Technique, TrainConfig
-from harness.emulation import compute
-from harness.emulation.compute import VMQuotas
-from harness.emulation.network import EmulatedNetwork
 from harness.errors import BadInput
 from harness.jobs import Job
 from harness.slices import Slice, one_shape
@@ -84,33 +74,23 @@ def _difference(after: dict | None, before: dict | None) -> dict | None:
     return None if after is None or before is None else {k: n - before.get(k, 0) for k, n in after.items()}
 
 
-class TrialFailed(RuntimeError):
-    def __init__(self, status: str, reason: str):
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
 class Runner:
-    """Runs trials on one Ray cluster; see emulated() and live() for how one is made."""
+    """The books of a sweep of trials on one cluster (harness.cluster.contract.Cluster): what each
+    trial is made of, what was built and on which VMs, the losses of every compiled step, the RTT
+    of each slice, and the trials' records. The cluster does the work."""
 
-    def __init__(self, driver: DriverClient, slices: list[Slice], budget: Budget, devices_per_host: int,
-                 network: EmulatedNetwork | None = None, platform: str = "cpu", step_timeout_s: float = 600,
-                 calibration_trials: int = 0, processes: dict | None = None, quotas: VMQuotas | None = None):
-        """processes: each VM's worker processes (harness.cluster.layout); None: one per VM, which
-        on GPUs holds the GPUs Ray gives the VM (a live slice). quotas: the emulated VMs' CPU
-        quotas, which give them their GPUs' relative speeds (harness.emulation.compute)."""
-        self.driver, self.budget, self.network, self.platform = driver, budget, network, platform
-        self.quotas = quotas
-        self.processes = processes
+    def __init__(self, cluster: Cluster | None, slices: list[Slice], budget: Budget, calibration_trials: int = 0):
+        """cluster: None for a runner that only makes trials' configurations and records (tests).
+        calibration_trials: trials some technique runs before the sweep (harness.calibration),
+        which the optimizer schedule spans."""
+        self.cluster, self.budget = cluster, budget
         self.slices = {sl.name: sl for sl in slices}  # the links the trials run on (set_slice changes them)
         self.paper_slices = dict(self.slices)  # the slices as given: the paper's links
         self.scaling: dict[str, dict] = {}  # slice -> how its link was scaled (harness.calibration)
-        self.devices_per_host, self.step_timeout_s = devices_per_host, step_timeout_s
+        self.devices_per_host = one_shape(slices)[0].gpus_per_vm
         self.model_cfg = budget.model_cfg
-        self.groups: dict[tuple, str] = {}  # VMs -> worker group
-        self.built: dict[tuple, dict | TrialFailed] = {}  # (VMs, technique) -> build answer or failure
+        self.built: dict[tuple, dict | Failed] = {}  # (VMs, technique) -> build answer or failure
         self.rtt_ms: dict[str, float] = {}  # measured, per slice
-        self.link_bytes_per_s = network.link_rate() if network is not None else None
         # The optimizer schedule spans the whole sweep (each slice's warm-up and timed steps, and
         # a calibration trial before them), so the losses of every compiled step, warm-up included
         # (history), are a prefix of a plain run of that length: the single-device reference
@@ -167,20 +147,21 @@ class Runner:
         result = TrialResult(trial)
         if (vms, key) not in self.built:
             try:
-                self.built[(vms, key)] = self.call(self._group(vms), {
-                    "do": "build", "key": key, "job": self.job(trial).to_dict(),
-                    "budget_steps": self.schedule_steps})[vms[0]]
-            except TrialFailed as e:
+                self.built[(vms, key)] = self.cluster.build(vms, key, self.job(trial).to_dict(), self.schedule_steps)
+            except GroupLost as e:
+                self._forget(vms)
+                return result.fail(e.status, e.reason)
+            except Failed as e:
                 self.built[(vms, key)] = e
         built = self.built[(vms, key)]
-        if isinstance(built, TrialFailed):
+        if isinstance(built, Failed):
             return result.fail(built.status, built.reason)
         result.info = built
-        if len(vms) > 1:
-            self._use_slice(trial.slice)
         try:
+            if len(vms) > 1:
+                self._use_slice(trial.slice)
             self._steps(trial, self.budget.warmup_steps)  # after a change of RTT too: TCP settles first
-        except TrialFailed as e:
+        except Failed as e:
             result.fail(e.status, e.reason)
         return result
 
@@ -193,8 +174,11 @@ class Runner:
 
     def _steps(self, trial: Trial, n: int) -> tuple[list[float], list[float]]:
         vms = tuple(self.vms_of(trial))
-        answers = self.call(self._group(vms), {"do": "steps", "key": trial.technique, "n": n})
-        first = answers[vms[0]]  # process 0 (VM1) times the step, as Alpa's driver did
+        try:
+            first = self.cluster.steps(vms, trial.technique, n)
+        except GroupLost:
+            self._forget(vms)
+            raise
         self.history.setdefault((vms, trial.technique), []).extend(first["losses"])
         return first["losses"], first["step_times_s"]
 
@@ -209,7 +193,7 @@ class Runner:
                 before = self._counters(trial)
                 (time_steps or self._repeat)(result)
                 result.packets = _difference(self._counters(trial), before)
-        except TrialFailed as e:
+        except Failed as e:
             result.fail(e.status, e.reason)
         except KeyboardInterrupt as e:
             keep(self.record(result.fail(*records.failure(e))))
@@ -219,50 +203,16 @@ class Runner:
         return record
 
     def _counters(self, trial: Trial) -> dict | None:
-        """The emulated link's counters summed over the directions between the trial's VMs."""
-        vms = self.vms_of(trial)
-        if self.network is None or len(vms) < 2:
-            return None
-        total = {}
-        for key, counts in self.network.counters().items():
-            if set(key.split(">")) <= set(vms):
-                for name, n in counts.items():
-                    total[name] = total.get(name, 0) + n
-        return total
+        return self.cluster.counters(tuple(self.vms_of(trial)))
 
     def _repeat(self, result: TrialResult) -> None:
         for _ in range(self.budget.repeats):
             self.step(result)
 
-    def call(self, group: str, request: dict) -> dict:
-        """A request to every worker of a group: their answers by VM, or TrialFailed. A group whose
-        workers died (a crash, a link down past the heartbeat) is dropped and reopened when next used."""
-        try:
-            answers = self.driver.request({"do": "call", "group": group, "timeout": self.step_timeout_s,
-                                           "request": request})
-        except DriverError as e:
-            vms = next(v for v, g in self.groups.items() if g == group)
-            self.groups.pop(vms)
-            self.built = {k: v for k, v in self.built.items() if k[0] != vms}
-            self.history = {k: v for k, v in self.history.items() if k[0] != vms}  # new workers start over
-            with contextlib.suppress(DriverError):
-                self.driver.request({"do": "close", "group": group})
-            raise TrialFailed("error", str(e)) from None
-        problem = next(filter(None, map(protocol.problem, answers.values())), None)
-        if problem:
-            raise TrialFailed(*problem)
-        return answers
-
-    def _group(self, vms: tuple) -> str:
-        if vms not in self.groups:
-            name = "+".join(vms)
-            request = {"do": "open", "group": name, "vms": list(vms), "devices_per_host": self.devices_per_host,
-                       "platform": self.platform}
-            if self.processes is not None:
-                request["layout"] = {vm: [p.to_dict() for p in self.processes[vm]] for vm in vms}
-            self.driver.request(request)
-            self.groups[vms] = name
-        return self.groups[vms]
+    def _forget(self, vms: tuple) -> None:
+        """The cluster lost the group of vms: its next use builds anew, and its new workers start over."""
+        self.built = {k: v for k, v in self.built.items() if k[0] != vms}
+        self.history = {k: v for k, v in self.history.items() if k[0] != vms}
 
     def set_slice(self, sl: Slice) -> None:
         """Run the trials of slice sl.name on this link from now on (same VMs)."""
@@ -276,16 +226,15 @@ class Runner:
         if self.current_slice == name:
             return
         sl = self.slices[name]
-        if self.network is not None:
-            self.network.use_slice(sl)
-        if self.quotas is not None:
-            self.quotas.use_slice(name)
+        self.cluster.use_slice(sl)
         first, last = sl.farthest_pair  # the RTT the slice is known by
-        try:
-            self.rtt_ms[name] = self.driver.request({"do": "rtt", "a": first, "b": last})
-        except DriverError as e:
-            raise TrialFailed("error", f"measuring the RTT between {first} and {last}: {e}") from None
+        self.rtt_ms[name] = self.cluster.rtt_ms(first, last)
         self.current_slice = name
+
+    def compute_shares(self, name: str) -> dict[str, float]:
+        """Each VM's share of its cores on slice `name`: its GPU's speed (harness.emulation.compute);
+        empty where every VM computes at full speed."""
+        return getattr(self.cluster, "compute_shares", {}).get(name, {})
 
     # -- the record -----------------------------------------------------------------------------
     def record(self, result: TrialResult) -> dict:
@@ -296,24 +245,17 @@ class Runner:
                               self.corpus)
         run = train.TrainRun(len(result.step_times_s), losses=result.losses, step_times_s=result.step_times_s,
                              compile_s=result.info.get("compile_s"), excluded_steps=0)  # warm-up already dropped
-        crosses = len(vms) > 1
-        mechanism = (self.network.mechanism if self.network else "live") if crosses else None
-        network = {"mechanism": mechanism, "rtt_ms": self.rtt_ms.get(trial.slice) if crosses else None}
-        if crosses and self.link_bytes_per_s:
-            network["link_bytes_per_s"] = self.link_bytes_per_s
+        facts = self.cluster.facts(tuple(vms)) if self.cluster is not None else {"network": {"mechanism": None}}
+        network = {"mechanism": None, "rtt_ms": None}
+        if len(vms) > 1:  # the cluster's link, where the trial crossed it
+            network.update({k: v for k, v in facts["network"].items() if v is not None},
+                           rtt_ms=self.rtt_ms.get(trial.slice))
+            if "links" in network:  # an emulated link, which counted the trial's packets
+                network["packets"] = result.packets
         if trial.slice in self.scaling:
             network["scaling"] = self.scaling[trial.slice]
-        if crosses and self.network is not None:
-            network["links"] = {k: v for k, v in self.network.settings().items() if set(k.split(">")) <= set(vms)}
-            network["packets"] = result.packets
         cluster = {"slice": trial.slice, "vms_used": vms, "hosts": len(vms), "devices_per_host": self.devices_per_host,
-                   "network": network}
-        shares = self.quotas.shares_of(vms) if self.quotas is not None else None
-        if shares is not None:
-            cluster["compute_shares"] = shares
-        if self.processes is not None:
-            cluster["processes_per_host"] = len(self.processes[vms[0]])
-            cluster["gpu_sharing"] = layout.sharing(self.processes, vms)
+                   "network": network, **{k: v for k, v in facts.items() if k != "network"}}
         where = records.Placement(trial.technique, self.budget.micro_batches, result.info.get("description"), cluster)
         record = records.build(self.model_cfg, cfg, packed, run if result.step_times_s else None, where,
                                result.status, result.reason, full_fp32=self.budget.precision == "float32-full",
@@ -327,31 +269,3 @@ class Runner:
             if why:
                 record = records.validate({**record, "status": "error", "reason": f"{why}: {record['reason']}"})
         return record
-
-
-@contextlib.contextmanager
-def emulated(slices: list[Slice], budget: Budget, platform: str = "cpu", calibration_trials: int = 0,
-             tcp_buffer_bytes: int | None = None, split_processes: bool = False, gpu_speeds: bool = False):
-    """One emulated cluster for slices that share a shape (VM names and GPUs per VM); on platform
-    gpu each emulated VM gets GPUs of this machine, its own or shares of them where there are too
-    few (harness.cluster.layout). calibration_trials: trials some technique runs before the sweep
-    (harness.calibration), which its optimizer schedule spans; tcp_buffer_bytes: the VMs' TCP
-    buffers (None: the kernel's); split_processes: on CPU, one process per device, as GPUs shared;
-    gpu_speeds: on CPU, each VM computes at its GPU's speed (harness.emulation.compute)."""
-    base = one_shape(slices)[0]
-    vms = [(vm.name, vm.gpus) for vm in base.vms]
-    processes = layout.gpu(vms, layout.visible_gpus()) if platform == "gpu" else layout.cpu(vms, split_processes)
-    # A GPU platform's VMs run on real GPUs, at their own speeds.
-    gpu_shares = compute.shares(slices) if platform == "cpu" and gpu_speeds else None
-    with EmulatedNetwork(base, tcp_buffer_bytes=tcp_buffer_bytes) as net, \
-            RayCluster(net, gpu_shares) as cluster, \
-            cluster.driver() as driver:
-        yield Runner(driver, slices, budget, base.gpus_per_vm, network=net, platform=platform,
-                     calibration_trials=calibration_trials, processes=processes, quotas=cluster.quotas)
-
-
-@contextlib.contextmanager
-def live(sl: Slice, ray_address: str, budget: Budget, platform: str = "gpu"):
-    """A running Ray cluster on the VMs of slice `sl`; this machine must be one of its nodes."""
-    with DriverClient([], ray_address, [vm.name for vm in sl.vms]) as driver:
-        yield Runner(driver, [sl], budget, sl.gpus_per_vm, platform=platform)

@@ -38,7 +38,7 @@ def test_the_vms_tcp_buffers_give_the_gradients_the_papers_number_of_windows():
 
 def test_literal_links_are_the_papers_and_the_records_say_so():
     table_i = slices.table_i()
-    runner = trials.Runner(None, table_i, Budget(), 2)
+    runner = trials.Runner(None, table_i, Budget())
     scaling = calibration.apply(runner, calibration.LITERAL, keep=None)
     assert scaling.mode == "literal" and scaling.scaled == []
     assert runner.slices == {sl.name: sl for sl in table_i}
@@ -48,14 +48,14 @@ def test_literal_links_are_the_papers_and_the_records_say_so():
 
 
 def test_a_bad_scaling_mode_is_named_before_any_trial():
-    runner = trials.Runner(None, [slices.load("UTAH-GPN")], Budget(), 2)
+    runner = trials.Runner(None, [slices.load("UTAH-GPN")], Budget())
     with pytest.raises(BadInput, match="link scaling: expected one of similarity, literal, got 'wind'"):
         calibration.apply(runner, "wind", keep=None)
 
 
 def test_a_runner_moves_a_slice_to_another_link_but_not_to_other_vms():
     sl = slices.load("UTAH-GPN")
-    runner = trials.Runner(None, [sl], Budget(), 2, calibration_trials=calibration.extra_trials([sl]))
+    runner = trials.Runner(None, [sl], Budget(), calibration_trials=calibration.extra_trials([sl]))
     # Data on all VMs: the sweep's trial, the calibration's and one per round of refinement
     assert runner.schedule_steps == (2 + calibration.REFINE_ROUNDS) * (Budget().warmup_steps + Budget().repeats)
     runner.set_slice(sl.with_rtt(61.5))

@@ -6,7 +6,8 @@ import statistics
 import numpy as np
 import pytest
 
-from harness.cluster.local import LocalProcesses, describe_failure
+from harness.cluster.local import LocalProcesses
+from harness.cluster.servers import describe_failure
 from harness.cluster.worker import environment
 from harness.jobs import Job
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, TRAIN

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness import slices, trials
-from harness.cluster import layout
+from harness.cluster import layout, ray_clusters
 from harness.config import Budget
 from harness.suite.privileges import require_emulation
 
@@ -77,7 +77,8 @@ def test_emulated_vms_split_into_a_process_per_device_train_through_ray_as_one_p
     sl = dataclasses.replace(gpn, vms=tuple(dataclasses.replace(vm, cores=None) for vm in gpn.vms))
     budget = Budget(model="scale-tiny")
     kept = []
-    with trials.emulated([sl], budget, split_processes=True) as runner:
+    with ray_clusters.emulated([sl], split_processes=True) as cluster:
+        runner = trials.Runner(cluster, [sl], budget)
         for trial in (trials.Trial.on(sl, "ZeRO2"), trials.Trial.on(sl, "Pipeshard")):
             runner.measure(trial, kept.append)
     assert [(r["technique"], r["status"], r["cluster"]["processes_per_host"]) for r in kept] == [

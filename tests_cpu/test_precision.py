@@ -18,7 +18,7 @@ def test_a_bad_precision_is_named_before_any_trial():
     ("float32", "float32", False), ("float32-full", "float32", True), ("bfloat16", "bfloat16", False)])
 def test_the_trials_jobs_carry_the_budgets_precision(precision, dtype, full):
     sl = slices.load("UTAH-GPN")
-    runner = trials.Runner(None, [sl], Budget(model="scale-tiny", precision=precision), 2)
+    runner = trials.Runner(None, [sl], Budget(model="scale-tiny", precision=precision))
     job = runner.job(trials.Trial.on(sl, "ZeRO2"))
     assert (job.model["dtype"], job.full_fp32) == (dtype, full)
 

@@ -1,7 +1,7 @@
 """`python -m harness select`: bad input is named before anything starts; --eps becomes a step budget.
 
 Its decisions over real trials are tested on the claims' cluster (test_claims.py), through the
-same code the command runs once it has brought its own emulated slice up with trials.emulated,
+same code the command runs once it has brought its own emulated slice up with ray_clusters.emulated,
 whose teardown on Ctrl-C test_reproduce.py checks.
 """
 

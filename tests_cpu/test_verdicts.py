@@ -357,8 +357,13 @@ def test_a_trial_out_of_its_share_of_a_shared_gpu_is_recorded_as_a_harness_error
     from harness.config import Budget
 
     sl = slices.load(GPN)
-    runner = trials.Runner(None, [sl], Budget(model="scale-tiny"), 2,
-                           processes=layout.gpu([(vm.name, vm.gpus) for vm in sl.vms], ["0"]))
+    class OneGPU:  # the facts an emulated cluster on one physical GPU gives a record, and nothing else
+        processes = layout.gpu([(vm.name, vm.gpus) for vm in sl.vms], ["0"])
+
+        def facts(self, vms):
+            return {"network": {"mechanism": None}, **layout.facts(self.processes, list(vms))}
+
+    runner = trials.Runner(OneGPU(), [sl], Budget(model="scale-tiny"))
     _, allocator = records.failure(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7.53GiB"))
     trial = trials.Trial.on(sl, "ZeRO2")
     small = runner.record(trials.TrialResult(trial, info={"bytes_per_device": int(10.2 * 2**30)}).fail("oom", allocator))

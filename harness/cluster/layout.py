@@ -108,3 +108,8 @@ def sharing(layout: dict[str, list[Process]], vms: list[str]) -> dict | None:
         return None
     return {vm: [{"gpu": p.env["CUDA_VISIBLE_DEVICES"], "memory_fraction": float(p.env["XLA_PYTHON_CLIENT_MEM_FRACTION"])}
                  for p in layout[vm]] for vm in vms}
+
+
+def facts(layout: dict[str, list[Process]], vms: list[str]) -> dict:
+    """What a record says of vms' processes (harness.cluster.contract.Cluster.facts)."""
+    return {"processes_per_host": len(layout[vms[0]]), "gpu_sharing": sharing(layout, vms)}

@@ -1,13 +1,15 @@
 """Starting one process per VM on this machine. The techniques only need jax.distributed to be up in each.
 
-LocalProcesses runs the processes over loopback: the reference multi-process setup, and what CI
-uses. The emulated and live slices start the same worker through Ray (harness.cluster.ray_driver);
-anything that can start `python -m harness.cluster.worker` with its environment and read its
-stdout is a launcher.
+LocalProcesses runs the processes over loopback, each with a list of jobs: the reference
+multi-process setup. LocalCluster keeps them as worker servers: the Cluster protocol
+(harness.cluster.contract) with no Ray, no namespaces and no delay, so that the claims' trial path
+runs as any user can. The emulated and live slices start the same worker through Ray
+(harness.cluster.ray_driver); anything that can start `python -m harness.cluster.worker` with its
+environment and read its stdout is a launcher.
 """
+import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -15,7 +17,11 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from harness.cluster.worker import environment, heartbeat_of
+from harness.cluster.contract import Failed, GroupLost, ServedGroups, VMs
+from harness.cluster.servers import WorkerServer, describe_failure
+from harness.emulation import probe
+from harness.slices import Slice
+from harness.cluster.worker import environment
 
 
 def free_port() -> int:
@@ -26,23 +32,6 @@ def free_port() -> int:
 
 class WorkerFailed(RuntimeError):
     pass
-
-
-LOST_CONTACT = "JAX distributed service detected fatal errors"
-
-
-def describe_failure(returncode: int, stderr: str, env: dict[str, str]) -> str:
-    """One line on why a worker died, from its exit status and the informative line of its stderr
-    (`env`: the worker's environment, which holds its heartbeat timeout)."""
-    how = f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited with {returncode}"
-    lines = [line.strip() for line in stderr.splitlines()
-             if line.strip() and not line.strip().startswith(("@", "***"))]  # not the abort's stack dump
-    key = next((line for line in reversed(lines) if "Terminating process because" in line), None)
-    key = re.sub(r"^[EFWI]\d{4} [\d:.]+\s+\d+ \S+\] ", "", key or (lines[-1] if lines else "no output"))
-    if LOST_CONTACT in key:
-        return (f"{how}: a process stopped answering for {heartbeat_of(env)} s "
-                f"(its VM died or the link to it is down); JAX: {key[:200]}")
-    return f"{how}: {key[:300]}"
 
 
 @dataclass
@@ -87,3 +76,68 @@ class LocalProcesses:
                 raise WorkerFailed(f"worker {i} {describe_failure(p.returncode, stderr, env)}")
             results.append(json.loads(stdout.strip().splitlines()[-1]))
         return results
+
+
+LOOPBACK = "loopback"  # the records' network mechanism: no link is emulated
+
+
+class LocalCluster(ServedGroups):
+    """A slice's VMs as processes of this machine over loopback: a group is one worker server per VM."""
+
+    def __init__(self, devices_per_host: int, platform: str = "cpu", step_timeout_s: float = 600):
+        super().__init__(devices_per_host, step_timeout_s)
+        self.platform = platform
+        self.servers: dict[VMs, list[WorkerServer]] = {}
+
+    def _open(self, vms: VMs) -> None:
+        address = f"127.0.0.1:{free_port()}"
+        servers = self.servers[vms] = []
+        for i, vm in enumerate(vms):
+            env = {**os.environ, **environment(address, len(vms), i, self.devices_per_host, self.platform)}
+            env.pop("XLA_FLAGS", None)  # the device count comes from HARNESS_LOCAL_DEVICES
+            servers.append(WorkerServer(env, vm))
+
+    def _call(self, vms: VMs, request: dict, timeout_s: float) -> dict:
+        servers = self.servers[vms]
+        try:
+            for server in servers:  # every process gets the request before any waits for the others
+                server.send(request)
+            return {vm: server.answer(timeout_s) for vm, server in zip(vms, servers)}
+        except (OSError, RuntimeError, TimeoutError) as e:
+            raise GroupLost(str(e)) from None
+
+    def _close(self, vms: VMs) -> None:
+        for server in self.servers.pop(vms, []):
+            server.kill()
+
+    def rtt_ms(self, a: str, b: str) -> float:
+        """Loopback's RTT, by the same UDP probes as an emulated link's (every VM is this machine)."""
+        port = free_port()
+        echo = subprocess.Popen([sys.executable, "-m", "harness.emulation.probe", "echo", "127.0.0.1", str(port)],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            if echo.stdout.readline().strip() != "ready":
+                raise Failed("error", "the loopback echo probe did not start")
+            return probe.min_rtt_ms(probe.ping("127.0.0.1", port, probe.PROBES)[0])
+        finally:
+            echo.kill()
+            echo.wait()
+            echo.stdout.close()
+
+    def use_slice(self, sl: Slice) -> None:
+        pass  # loopback is loopback: the slice gives the VMs' names and GPUs, not their link
+
+    def counters(self, vms: VMs) -> dict | None:
+        return None
+
+    def facts(self, vms: VMs) -> dict:
+        return {"network": {"mechanism": LOOPBACK}}
+
+
+@contextlib.contextmanager
+def local(sl: Slice, platform: str = "cpu"):
+    cluster = LocalCluster(sl.gpus_per_vm, platform)
+    try:
+        yield cluster
+    finally:
+        cluster.close()

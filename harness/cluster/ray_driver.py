@@ -26,7 +26,6 @@ import itertools
 import json
 import os
 import re
-import selectors
 import signal
 import socket
 import subprocess
@@ -39,7 +38,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from harness.cluster import protocol
 from harness.cluster.layout import Process
-from harness.cluster.local import describe_failure
+from harness.cluster.servers import describe_failure
+from harness.cluster.servers import WorkerServer
 from harness.cluster.worker import HEARTBEAT_S, environment
 from harness.emulation import probe
 
@@ -61,7 +61,7 @@ class VMWorker:
     """A VM's pinned actor; it starts the VM's worker processes (one, or one per shared GPU)."""
 
     def __init__(self):
-        self.servers: list[tuple[subprocess.Popen, object, dict]] = []  # (process, stderr log, environment)
+        self.servers: list[WorkerServer] = []
 
     def address(self) -> str:
         return ray.util.get_node_ip_address()  # the VM's address as its Ray node was started with
@@ -110,42 +110,25 @@ class VMWorker:
         return json.loads(out.stdout)["rtt_ms"]
 
     def open(self, envs: list[dict]) -> None:
-        for env in envs:
-            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker never blocks
-            self.servers.append((subprocess.Popen([sys.executable, "-m", "harness.cluster.worker", "--serve"],
-                                                  text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                  stderr=log, env={**os.environ, **env},
-                                                  preexec_fn=_die_with_parent), log, env))
+        self.servers += [WorkerServer({**os.environ, **env}, self.address(), _die_with_parent) for env in envs]
 
     def send(self, request: dict) -> None:
-        for server, _, _ in self.servers:
-            server.stdin.write(json.dumps(request) + "\n")
-            server.stdin.flush()
+        for server in self.servers:
+            server.send(request)
 
     def answer(self, timeout: float) -> dict:
         """The VM's answer: its first process's, unless another of its processes failed."""
-        answers = [self._answer(server, log, env, timeout) for server, log, env in self.servers]
+        try:
+            answers = [server.answer(timeout) for server in self.servers]
+        except TimeoutError:
+            self.close()
+            raise
         return next((a for a in answers if protocol.problem(a)), answers[0])
 
-    def _answer(self, server: subprocess.Popen, log, env: dict, timeout: float) -> dict:
-        with selectors.DefaultSelector() as sel:
-            sel.register(server.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout):
-                self.close()
-                raise TimeoutError(f"the worker on {self.address()} did not answer within {timeout:.0f} s")
-        line = server.stdout.readline()
-        if not line:
-            server.wait()
-            log.seek(0)
-            raise RuntimeError(f"the worker on {self.address()} "
-                               f"{describe_failure(server.returncode, log.read(), env)}")
-        return json.loads(line)
-
     def close(self) -> None:
-        for server, _, _ in self.servers:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
+        for server in self.servers:
+            server.kill()
+        self.servers = []
 
 
 def envs_for(request: dict, coordinator: str, vms: list[str], port: int = COORDINATOR_PORT) -> list[list[dict]]:

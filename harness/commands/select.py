@@ -12,6 +12,7 @@ import json
 import math
 
 from harness import data, inputs, measured_selection, selection, slices, trials
+from harness.cluster import ray_clusters
 from harness.config import Budget, TrainConfig, model_config
 from harness.emulation import compute, netns
 from harness.errors import BadInput
@@ -79,8 +80,8 @@ def run(args) -> tuple[int, dict]:
               "steps_per_trial": budget.repeats, "interrupted": False, "decisions": [], "trials": []}
     status, measure = 0, None
     try:
-        with trials.emulated([sl], budget) as runner:
-            measure = measured_selection.Trials(runner, sl, out / "results.jsonl")
+        with ray_clusters.emulated([sl]) as cluster:
+            measure = measured_selection.Trials(trials.Runner(cluster, [sl], budget), sl, out / "results.jsonl")
             result["decisions"] = measured_selection.decide(measure, modes, args.delta,
                                                             measured_selection.predictor(sl, budget) if args.planner else None,
                                                             args.margin)

@@ -6,17 +6,21 @@ and its tests get, through the module-scoped `backend` fixture, a Backend: the r
 the trials, the slices and trials the claims judge, and the comparisons the backend declares it
 cannot show. The cluster is torn down when the module's tests are done, not held (with its Ray
 processes and workers) through the rest of the session, where it would disturb other timings.
+
+A backend is registered under its name (register): which trials it runs, known when the tests
+are collected, and how it opens its cluster (a harness.cluster.contract.Cluster) and the runner
+over it. A new one is a function here, or in a plugin of its own that calls register.
 """
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import pytest
 
 from harness import inventory, slices
 from harness.cluster import layout
-from harness.config import model_config
+from harness.config import Technique, model_config
 from harness.emulation import compute
 from harness.suite import options
 from harness.suite.privileges import require_emulation
@@ -24,20 +28,14 @@ from harness.suite.privileges import require_emulation
 MARKER = "claims_backend"
 
 
-class Kind(StrEnum):
-    EMULATED_CPU = "emulated-cpu"  # the Table I slices as network namespaces, the CPU scale model
-    EMULATED_GPU = "emulated-gpu"  # the same on this machine's GPUs, shared where there are too few
-    LIVE = "live"  # the VMs of a running slice, described by --slice-inventory
-
-
 @dataclass
 class Backend:
-    kind: Kind
+    name: str
     runner: object  # harness.trials.Runner
     slices: list  # the slices as given (the paper's links); runner.slices has the links the trials ran on
     trials: list
     declared: str = "none"  # which declared limits apply (deviations.declared)
-    scaling: object = None  # harness.calibration.Scaling of an emulated run
+    scaling: object = None  # harness.calibration.Scaling of a run on the CPU scale model's emulated links
     _literal: object = field(default=None, repr=False)
 
     @property
@@ -54,7 +52,7 @@ class Backend:
         # deferred: pytest loads the plugin before conftest configures JAX
         from harness import calibration
 
-        if self.kind is not Kind.EMULATED_CPU or self.scaling is None:
+        if self.scaling is None:
             return None
         if self.scaling.mode == calibration.SIMILARITY:
             return self.scaling.to_dict()
@@ -63,15 +61,37 @@ class Backend:
         return self._literal.to_dict()
 
 
-def kind_of(node) -> Kind | None:
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    about: str
+    trials: Callable  # (pytest config) -> the trials it runs, which parametrize test_trial
+    open: Callable  # (pytest config, ClaimsLog or None, Budget) -> a context manager that yields a Backend
+
+
+REGISTRY: dict[str, Registered] = {}
+
+
+def register(name: str, about: str, trials: Callable):
+    """Decorates a generator function (config, log, budget) that yields the Backend it opened, and
+    closes it after the yield, as the backend named `name`."""
+    def add(opener):
+        if name in REGISTRY:
+            raise ValueError(f"backend {name!r} is registered twice")
+        REGISTRY[name] = Registered(name, about, trials, contextlib.contextmanager(opener))
+        return opener
+    return add
+
+
+def registered_of(node) -> Registered | None:
     marker = node.get_closest_marker(MARKER)
     if marker is None:
         return None
-    try:
-        return Kind(marker.args[0])
-    except (IndexError, ValueError):
+    name = marker.args[0] if len(marker.args) == 1 else None
+    if name not in REGISTRY:
         raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.{MARKER} needs one of "
-                                f"{', '.join(Kind)}, got {marker.args}") from None
+                                f"{', '.join(REGISTRY)}, got {marker.args}")
+    return REGISTRY[name]
 
 
 def live_slice(config):
@@ -83,57 +103,92 @@ def live_slice(config):
     return slices.across_vms(sl, options.CLAIMS_ACROSS_VMS), address, platform
 
 
-def wanted_trials(config, kind: Kind) -> list:
-    """The trials a backend runs, known at collection time (they parametrize test_trial)."""
+def _live_trials(config) -> list:
     from harness import trials  # deferred: pytest loads the plugin before conftest configures JAX
 
-    if kind is Kind.LIVE:
-        live = live_slice(config)
-        return trials.trials_for(live[0]) if live else []  # every VM alone too: live VMs differ
-    return options.emulated_trials(config)
+    live = live_slice(config)
+    return trials.trials_for(live[0]) if live else []  # every VM alone too: live VMs differ
 
 
-@contextlib.contextmanager
-def open_backend(config, kind: Kind, log=None):
+@register("live", "the VMs of a running slice, described by --slice-inventory", _live_trials)
+def _live(config, log, budget):
+    # deferred: pytest loads the plugin before conftest configures JAX
+    from harness import trials
+    from harness.cluster import ray_clusters
+
+    live = live_slice(config)
+    if live is None:
+        pytest.skip(f"no slice inventory: pass --slice-inventory FILE or set {options.INVENTORY_ENV}")
+    sl, address, platform = live
+    with ray_clusters.live(sl, address, platform) as cluster:
+        yield Backend("live", trials.Runner(cluster, [sl], budget), [sl], _live_trials(config))
+
+
+@register("emulated-cpu", "the Table I slices as network namespaces, the CPU scale model", options.emulated_trials)
+def _emulated_cpu(config, log, budget):
+    yield from _emulated(config, log, budget, "cpu")
+
+
+@register("emulated-gpu", "the same on this machine's GPUs, shared where there are too few", options.emulated_trials)
+def _emulated_gpu(config, log, budget):
+    if not layout.visible_gpus():
+        # With fewer GPUs than a slice has, the emulated VMs share them (harness.cluster.layout).
+        pytest.skip("no GPU: nvidia-smi lists none (or CUDA_VISIBLE_DEVICES hides them all)")
+    yield from _emulated(config, log, budget, "gpu")
+
+
+def _emulated(config, log, budget, platform: str):
     """log: the session's ClaimsLog, which keeps the calibration trials' records."""
     # deferred: pytest loads the plugin before conftest configures JAX
     from harness import calibration, trials
+    from harness.cluster import ray_clusters
 
-    wanted = wanted_trials(config, kind)
-    if kind is Kind.LIVE:
-        live = live_slice(config)
-        if live is None:
-            pytest.skip(f"no slice inventory: pass --slice-inventory FILE or set {options.INVENTORY_ENV}")
-        sl, address, platform = live
-        with trials.live(sl, address, options.budget(config), platform) as runner:
-            yield Backend(kind, runner, [sl], wanted)
-        return
     chosen = options.claim_slices(config)
-    if kind is Kind.EMULATED_GPU and not layout.visible_gpus():
-        # With fewer GPUs than a slice has, the emulated VMs share them (harness.cluster.layout).
-        pytest.skip("no GPU: nvidia-smi lists none (or CUDA_VISIBLE_DEVICES hides them all)")
-    speeds = kind is Kind.EMULATED_CPU and options.gpu_speeds(config)
+    speeds = platform == "cpu" and options.gpu_speeds(config)
     require_emulation(mixed_gpus=speeds and compute.limited(compute.shares(chosen)))
     # Similarity scaling is for the CPU scale model; GPUs run the paper's models on the paper's links.
-    mode = options.link_scaling(config) if kind is Kind.EMULATED_CPU else calibration.LITERAL
-    platform, declared = ("cpu", f"{kind}/{mode}") if kind is Kind.EMULATED_CPU else ("gpu", "none")
+    mode = options.link_scaling(config) if platform == "cpu" else calibration.LITERAL
+    declared = f"emulated-cpu/{mode}" if platform == "cpu" else "none"
     scaled = mode == calibration.SIMILARITY
-    budget = dataclasses.replace(options.budget(config), combine=scaled)  # GPU-like collectives go with the scaling
+    budget = dataclasses.replace(budget, combine=scaled)  # GPU-like collectives go with the scaling
     extra = calibration.extra_trials(chosen) if scaled else 0
     buffers = calibration.tcp_buffer_bytes(model_config(budget.model), chosen[0]) if scaled else None
-    with trials.emulated(chosen, budget, platform=platform, calibration_trials=extra,
-                         tcp_buffer_bytes=buffers, gpu_speeds=speeds) as runner:
+    with ray_clusters.emulated(chosen, platform=platform, tcp_buffer_bytes=buffers, gpu_speeds=speeds) as cluster:
+        runner = trials.Runner(cluster, chosen, budget, calibration_trials=extra)
         keep = log.add_calibration if log is not None else (lambda record: None)
         scaling = calibration.apply(runner, mode, keep)
         if log is not None:
             log.scaling, log.budget = scaling, budget
-        yield Backend(kind, runner, chosen, wanted, declared, scaling)
+        yield Backend(f"emulated-{platform}", runner, chosen, options.emulated_trials(config), declared,
+                      scaling if platform == "cpu" else None)
+
+
+def local_trials(config) -> list:
+    """Every technique on all VMs of the first claims slice and on its first VM alone."""
+    from harness import trials  # deferred: pytest loads the plugin before conftest configures JAX
+
+    sl = options.claim_slices(config)[0]
+    return [trials.Trial.on(sl, t, vms) for vms in (trials.ALL_VMS, sl.vms[0].name) for t in Technique]
+
+
+@register("local", "the first claims slice's VMs as processes of this machine over loopback: no root, no "
+                   "delay (the trial path as any user runs it)", local_trials)
+def _local(config, log, budget):
+    # deferred: pytest loads the plugin before conftest configures JAX
+    from harness import trials
+    from harness.cluster import local
+
+    sl = options.claim_slices(config)[0]
+    with local.local(sl) as cluster:
+        yield Backend("local", trials.Runner(cluster, [sl], budget), [sl], local_trials(config))
 
 
 @pytest.fixture(scope="module")
 def backend(request):
-    kind = kind_of(request.node)
-    if kind is None:
+    registered = registered_of(request.node)
+    if registered is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses the backend fixture without @pytest.mark.{MARKER}")
-    with open_backend(request.config, kind, request.getfixturevalue("claims_log")) as b:
+    # The marker's keywords change the budget for its module alone (a smaller model, say).
+    budget = options.budget(request.config, **request.node.get_closest_marker(MARKER).kwargs)
+    with registered.open(request.config, request.getfixturevalue("claims_log"), budget) as b:
         yield b

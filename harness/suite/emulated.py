@@ -115,7 +115,7 @@ def test_the_links_were_calibrated_on_real_trials(backend, claims_log):
     if scaling.mode == calibration.LITERAL:
         pytest.skip("the links are the paper's (--link-scaling literal): nothing was calibrated")
     kept, first = claims_log.calibration, backend.slices[0]
-    every = len(first.vms)  # the slices of one run share their VMs (trials.emulated)
+    every = len(first.vms)  # the slices of one run share their VMs (ray_clusters.emulated)
     assert [(r["technique"], r["cluster"]["hosts"], r["status"], r["cluster"]["slice"]) for r in kept[:4]] == [
         ("Data", 1, "ok", first.name), ("ZeRO2", every, "ok", first.name), ("Shard", every, "ok", first.name),
         ("Data", every, "ok", first.name)]

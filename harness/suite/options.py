@@ -3,6 +3,7 @@ trials and the paper-scale models of the memory claims."""
 import os
 
 from harness import slices
+from harness.errors import BadInput
 from harness.config import PRECISIONS, Budget, Setup, Technique, model_config
 
 # The memory claims' setup: the paper states no batch, microbatches or precision (see Setup's defaults).
@@ -73,11 +74,14 @@ def trial_model(config):
     return model_config(config.getoption("--trial-model"))
 
 
-def budget(config) -> Budget:
-    """What every trial trains; the emulated CPU backend combines the collectives where it scales
-    the links (backends.open_backend)."""
-    return Budget(model=config.getoption("--trial-model"), repeats=config.getoption("--trial-repeats"),
-                  precision=config.getoption("--trial-precision"))
+def budget(config, **overrides) -> Budget:
+    """What every trial trains (overrides: Budget's fields, for one backend's module); the
+    emulated CPU backend combines the collectives where it scales the links (harness.suite.backends)."""
+    try:
+        return Budget(**{"model": config.getoption("--trial-model"), "repeats": config.getoption("--trial-repeats"),
+                         "precision": config.getoption("--trial-precision"), **overrides})
+    except TypeError as e:
+        raise BadInput(f"budget: {e}") from None
 
 
 def memory_models(config) -> list:

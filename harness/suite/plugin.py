@@ -9,7 +9,7 @@ import pytest
 
 from harness.errors import BadInput
 from harness.suite import options
-from harness.suite.backends import MARKER, backend, kind_of, live_slice, wanted_trials  # noqa: F401 - fixtures
+from harness.suite.backends import MARKER, REGISTRY, backend, live_slice, registered_of  # noqa: F401 - fixtures
 from harness.suite.session import claims_log  # noqa: F401
 
 
@@ -18,8 +18,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", f"{MARKER}(kind): the backend a claims test module runs its trials on "
-                                       "(emulated-cpu, emulated-gpu or live)")
+    config.addinivalue_line("markers", f"{MARKER}(name): the backend a claims test module runs its trials on: "
+                                       + "; ".join(f"{b.name}, {b.about}" for b in REGISTRY.values()))
     # Bad options stop the session in one line, before any test is collected.
     readers = {"--claims-slices": options.claim_slices, "--memory-models": options.memory_models,
                "--trial-model": options.trial_model, "--trial-repeats": options.budget,
@@ -42,10 +42,10 @@ def pytest_generate_tests(metafunc):
     """A test that takes `trial` runs once per trial of its module's backend."""
     if "trial" not in metafunc.fixturenames:
         return
-    kind = kind_of(metafunc.definition)
-    if kind is None:
+    registered = registered_of(metafunc.definition)
+    if registered is None:
         return
-    wanted = wanted_trials(metafunc.config, kind)
+    wanted = registered.trials(metafunc.config)
     metafunc.parametrize("trial", wanted or [None], ids=[t.label for t in wanted] or ["no-trials"])
 
 

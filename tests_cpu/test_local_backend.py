@@ -1,0 +1,58 @@
+"""The claims' trial path through the local backend (harness.cluster.local.LocalCluster): the
+same test_trial the emulated and live backends run, each trial a pytest-benchmark test, then the
+claims over the table. No root, Ray or delay: it shows that the runner and the Cluster protocol
+carry a trial end to end, not the paper's latencies, so the claims are made, not judged."""
+import numpy as np
+import pytest
+
+from harness import claims
+from harness.suite import checks
+from harness.suite.claims_tests import test_trial  # noqa: F401 - the claims' own trial test
+from harness.suite.session import ClaimsLog
+
+# scale-tiny: the path is under test, and the whole module takes a minute on 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.claims_backend("local", model="scale-tiny")]
+
+
+@pytest.fixture(scope="module")
+def claims_log(pytestconfig):
+    """This module's own log: its loopback records must not join the session's report, nor stand
+    in for the emulated backend's records of the same trials."""
+    log = ClaimsLog(pytestconfig)
+    log.directory = None
+    return log
+
+
+def test_every_trial_ran_over_loopback_and_trained_as_one_device_does(backend, claims_log):
+    recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
+    assert [r["status"] for r in recs] == ["ok"] * len(backend.trials), [r["reason"] for r in recs]
+    across = [r for r in recs if r["cluster"]["hosts"] > 1]
+    assert across and all(r["cluster"]["network"]["mechanism"] == "loopback" for r in across)
+    assert all(r["cluster"]["network"]["rtt_ms"] > 0 for r in across)  # measured by the UDP probes
+    assert all(r["cluster"]["network"]["mechanism"] is None for r in recs if r["cluster"]["hosts"] == 1)
+    runner = backend.runner
+    for (vms, technique), losses in runner.history.items():
+        np.testing.assert_allclose(losses, runner.reference_losses(len(vms))[:len(losses)], rtol=1e-4,
+                                   err_msg=f"{technique} on {'+'.join(vms)}")
+
+
+@pytest.mark.parametrize("claim", claims.TIMED_CLAIMS, ids=lambda c: c.__name__)
+def test_each_claim_reads_the_local_table(claim, backend, claims_log):
+    """A verdict comes out of the same records; on loopback it says nothing of the paper."""
+    recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
+    verdict = claim(claims.Table(recs, backend.slices))
+    assert verdict.part and not verdict.crashed, verdict.evidence
+
+
+def test_a_group_whose_worker_died_fails_its_trial_and_is_opened_anew(backend, claims_log):
+    """Runs last: it kills a worker of the module's cluster."""
+    runner = backend.runner
+    trial = next(t for t in backend.trials if t.vms == "all" and t.technique == "Data")
+    vms = tuple(runner.vms_of(trial))
+    checks.ensure_trials(runner, claims_log, [trial])  # the group is open and its step built
+    runner.cluster.servers[vms][0].proc.kill()
+    failed = runner.measure(trial, lambda r: None)
+    assert failed["status"] == "error" and "killed by SIGKILL" in failed["reason"], failed["reason"]
+    assert vms not in runner.cluster.groups and not any(k[0] == vms for k in runner.built)
+    again = runner.measure(trial, lambda r: None)
+    assert again["status"] == "ok" and again["timing"]["compile_s"] > 0, again["reason"]
