@@ -15,7 +15,7 @@ from harness.suite import options
 # Set before JAX is imported anywhere; it has no effect on GPU backends.
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 # On a GPU, this process takes memory as it needs it instead of 75% of it at its first look at
-# the devices: emulated VMs' worker processes share the GPU with it (harness/cluster/layout.py).
+# the devices: emulated VMs' worker processes share the GPU with it (harness/backends/layout.py).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 MARKER_BY_DIR = {"tests_cpu": "cpu", "tests_gpu": "gpu", "tests_fabric": "fabric"}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 
-from harness import hardware
 from harness.errors import BadInput
+from harness.platform import hardware
 
 TYPES = {"integer": "an integer", "number": "a number", "string": "a string", "object": "a table",
          "array": "a list", "boolean": "true or false"}

@@ -1,7 +1,8 @@
 """Hand-made trial and memory records for the claims' tests: valid records (the schema checks them)
 whose only real content is what the claims read."""
-from harness import records, train
-from harness.config import Technique, TrainConfig, model_config
+from harness.core import train
+from harness.core.config import Technique, TrainConfig, model_config
+from harness.runs import records
 
 CORPUS_SEQUENCES = 80  # an epoch: 10 steps of the 4-GPU batch, 20 of one VM's
 

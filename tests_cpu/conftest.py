@@ -1,6 +1,6 @@
 import pytest
 
-from harness import data, train
+from harness.core import data, train
 from harness.suite.privileges import require_emulation
 from tests_cpu.techniques_setup import MODEL, TRAIN, UNTIED
 

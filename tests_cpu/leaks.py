@@ -5,7 +5,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.emulation import compute, netns
+from harness.backends.emulation import compute, netns
 
 
 def leftovers() -> dict:
@@ -15,9 +15,9 @@ def leftovers() -> dict:
     count = lambda word: sum(word in p for p in live)
     return {"namespaces": set(netns.ours()), "scratch": {p.name for p in Path("/tmp").glob(f"{netns.PREFIX}*")},
             "cgroups": compute.ours(),
-            "relays": count("harness.emulation.delaylink"), "raylets": count("raylet"),
-            "gcs": count("gcs_server"), "drivers": count("harness.cluster.ray_driver"),
-            "workers": count("harness.cluster.worker")}
+            "relays": count("harness.backends.emulation.delaylink"), "raylets": count("raylet"),
+            "gcs": count("gcs_server"), "drivers": count("harness.backends.ray_driver"),
+            "workers": count("harness.backends.worker")}
 
 
 def back_to(before: dict, timeout: float = 60) -> dict:

@@ -13,9 +13,9 @@ import time
 import traceback
 from pathlib import Path
 
-from harness import slices
-from harness.emulation import netns
-from harness.emulation.network import EmulatedNetwork, choose_mechanism, measure_throughput
+from harness.backends.emulation import netns
+from harness.backends.emulation.network import EmulatedNetwork, choose_mechanism, measure_throughput
+from harness.platform import slices
 
 # Three sites, every pair its own RTT, and one direction slower than its way back.
 THREE_SITES = """
@@ -44,11 +44,11 @@ delay_ms = 45.0
 
 
 def ping(net: EmulatedNetwork, a: str, b: str, count: int, port: int = 7201, timeout_s: float = 2.0) -> dict:
-    server = net.popen(b, [sys.executable, "-m", "harness.emulation.probe", "echo", net.address[b], str(port)],
+    server = net.popen(b, [sys.executable, "-m", "harness.backends.emulation.probe", "echo", net.address[b], str(port)],
                        stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout.readline().strip() == "ready"
-        out = net.run(a, [sys.executable, "-m", "harness.emulation.probe", "ping", net.address[b], str(port),
+        out = net.run(a, [sys.executable, "-m", "harness.backends.emulation.probe", "ping", net.address[b], str(port),
                           str(count), str(timeout_s)], capture_output=True, text=True, check=True)
         return json.loads(out.stdout)
     finally:

@@ -1,7 +1,7 @@
 """The conformance setup shared by the technique tests: a 4-layer model small enough to compile fast."""
 import dataclasses
 
-from harness.config import GPTConfig, TrainConfig
+from harness.core.config import GPTConfig, TrainConfig
 
 MODEL = GPTConfig("conformance", n_layer=4, n_head=4, n_embd=32, vocab_size=512, n_positions=32)
 UNTIED = dataclasses.replace(MODEL, tie_embeddings=False)

@@ -1,5 +1,5 @@
 """The shipped baselines say what today's code says of their records: each is judged again from
-its folder alone (harness.rejudge), part by part and comparison by comparison."""
+its folder alone (harness.experiments.rejudge), part by part and comparison by comparison."""
 import json
 import re
 import shutil
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import records, rejudge, report, resources
+from harness import resources
+from harness.experiments import rejudge, report
+from harness.runs import records
 
 BASELINES = sorted(p for p in resources.path("baselines").iterdir() if (p / "results.jsonl").is_file())
 ROOT = Path(__file__).parent.parent

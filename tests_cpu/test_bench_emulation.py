@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from harness import slices
-from harness.cluster.ray_nodes import RayCluster
-from harness.emulation.network import EmulatedNetwork, measure_throughput
+from harness.backends.emulation.network import EmulatedNetwork, measure_throughput
+from harness.backends.ray_nodes import RayCluster
+from harness.platform import slices
 
 # slow: benchmarks emulated slices
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]

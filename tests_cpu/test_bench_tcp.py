@@ -17,11 +17,12 @@ import math
 import jax
 import pytest
 
-from harness import config, model, slices
-from harness.cluster.collective import AllReduce
-from harness.costmodel_check import TCP_HEADERS
-from harness.emulation.network import MTU, EmulatedNetwork, tcp_window_bytes, transfer
-from harness.netmodel import TCP_INITIAL_WINDOW_SEGMENTS, Network
+from harness.analysis.costmodel_check import TCP_HEADERS
+from harness.analysis.netmodel import TCP_INITIAL_WINDOW_SEGMENTS, Network
+from harness.backends.collective import AllReduce
+from harness.backends.emulation.network import MTU, EmulatedNetwork, tcp_window_bytes, transfer
+from harness.core import config, model
+from harness.platform import slices
 
 # slow: benchmarks TCP and gloo over emulated links
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]

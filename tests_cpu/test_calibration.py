@@ -1,14 +1,17 @@
-"""The links a run's trials go through (harness.calibration): the scaled slice, the literal
+"""The links a run's trials go through (harness.experiments.calibration): the scaled slice, the literal
 links' records and bad input, without a cluster. The scaled path itself is judged where it runs,
 on the claims' own cluster and calibration trials (harness/suite/emulated.py:
 test_the_links_were_calibrated_on_real_trials, and the similarity test for the groups): a second
 cluster calibrating here would repeat those trials for nothing."""
 import pytest
 
-from harness import calibration, claims, similarity, slices, trials
-from harness.config import Budget, model_config
+from harness.analysis import similarity
+from harness.core.config import Budget, model_config
 from harness.errors import BadInput
-
+from harness.experiments import calibration
+from harness.paper import claims
+from harness.platform import slices
+from harness.runs import trials
 from tests_cpu import claim_records
 
 
@@ -81,7 +84,9 @@ def test_the_cost_model_check_finds_the_runs_own_slices_not_table_i_by_name():
     check once looked every name up in Table I, and a run on any other slice failed to calibrate."""
     import dataclasses
 
-    from harness import costmodel_check, records, resources
+    from harness import resources
+    from harness.analysis import costmodel_check
+    from harness.runs import records
 
     shipped = resources.path("baselines", "quick-similarity")
 
@@ -105,14 +110,16 @@ def test_the_cost_model_check_finds_the_runs_own_slices_not_table_i_by_name():
 def test_one_swap_among_four_techniques_is_a_rank_agreement_of_exactly_0_8():
     """The bound the claims hold the cost model to; a slice file's run of four techniques that
     swapped one neighbouring pair once failed it by floating-point noise."""
-    from harness import costmodel_check
+    from harness.analysis import costmodel_check
 
     assert costmodel_check.spearman([12.8, 7.01, 39.3, 2.52], [12.8, 12.81, 27.9, 5.05]) == 0.8
     assert costmodel_check.spearman([1, 2, 3], [3, 2, 1]) == -1.0
 
 
 def _shipped_check(doctor=lambda recs: recs):
-    from harness import costmodel_check, records, resources
+    from harness import resources
+    from harness.analysis import costmodel_check
+    from harness.runs import records
 
     shipped = resources.path("baselines", "quick-similarity")
     table_i = {name: slices.load(name) for name in ("TACC-TACC", "UTAH-GPN")}
@@ -131,7 +138,8 @@ def _slowed(r: dict, factor: float) -> dict:
 def test_the_cost_model_fails_where_it_misses_beyond_the_noise():
     """An error counts only beyond the noise of the trial and of the calibration, at least the
     run's drift; a model that misses most trials by far more fails, whatever the noise."""
-    from harness import costmodel_check, noise
+    from harness.analysis import costmodel_check
+    from harness.runs import noise
 
     shipped = _shipped_check()
     assert costmodel_check.validated(shipped)
@@ -152,7 +160,7 @@ def test_the_drift_of_repeats_widens_every_trials_noise_but_only_to_the_cap():
     """The repeats of a VM alone on one slice measured far slower than on the other: the run
     drifted, and every trial is judged against at least that (noise.shared_floor), never beyond
     noise.CAP."""
-    from harness import noise
+    from harness.runs import noise
 
     def drifted(recs):
         return [_slowed(r, 1.5) if r["cluster"]["hosts"] == 1 and r["cluster"]["slice"] == "UTAH-GPN" else r
@@ -164,7 +172,7 @@ def test_the_drift_of_repeats_widens_every_trials_noise_but_only_to_the_cap():
 
 def test_the_model_must_name_the_fastest_and_slowest_as_measured_beyond_the_noise():
     """Doctored: Pipeshard measured ten times slower on UTAH-GPN, where the model puts it fastest."""
-    from harness import costmodel_check
+    from harness.analysis import costmodel_check
 
     assert costmodel_check.extremes_missed(_shipped_check(), "UTAH-GPN") == []
     slow = _shipped_check(lambda recs: [_slowed(r, 10.0) if r["technique"] == "Pipeshard"

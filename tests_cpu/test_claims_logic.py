@@ -4,7 +4,8 @@ Every part is tried on the tables that used to fool it: a crashed trial (never t
 missing trial (never a win), every trial failed, ties within the noise, and a run with a
 single-site slice only."""
 
-from harness import claims, slices
+from harness.paper import claims
+from harness.platform import slices
 from tests_cpu.claim_records import memory, trial
 
 TACC, GPN = "TACC-TACC", "UTAH-GPN"
@@ -356,9 +357,9 @@ def test_c4_observed_checks_each_run_of_the_paper_and_lists_its_contradictions()
 def test_the_papers_own_observations_disagree_where_it_says_so():
     """docs/paper.md: gpt2L on 2 RTX failed on TACC-TACC but ran on UTAH-GPN and UTAH-MASS; on 4 x 24 GiB
     Data ran on UTAH-MASS and failed on GAT-AMST."""
-    from harness import paper
+    from harness.paper import observed
 
-    found = {(m, t, len(g)): runs for (m, t, g), runs in paper.conflicts().items()}
+    found = {(m, t, len(g)): runs for (m, t, g), runs in observed.conflicts().items()}
     assert ("TACC-TACC 1 VM", False) in found[("gpt2L", "Data", 2)] and ("UTAH-GPN 1 VM", True) in found[("gpt2L", "Data", 2)]
     assert ("UTAH-MASS 4 GPUs", True) in found[("gpt2L", "Data", 4)] and ("GAT-AMST 4 GPUs", False) in found[("gpt2L", "Data", 4)]
     assert ("gpt2L", "Pipeshard", 2) not in found  # failed everywhere on one VM
@@ -366,7 +367,7 @@ def test_the_papers_own_observations_disagree_where_it_says_so():
 
 def test_c3_emulated_vms_at_other_gpu_speeds_are_other_experiments():
     """A VM's runs pool across slices only where it computed at one speed (its GPU's share,
-    harness.emulation.compute): the first VM at half speed on one slice is an experiment of its own."""
+    harness.backends.emulation.compute): the first VM at half speed on one slice is an experiment of its own."""
     def at(share, recs):
         return [{**r, "cluster": {**r["cluster"], "compute_shares": {vm: share for vm in r["cluster"]["vms_used"]}}}
                 for r in recs]

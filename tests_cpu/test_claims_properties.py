@@ -2,7 +2,7 @@
 
 Hypothesis draws tables of trials (two slices, every technique on all VMs and on each VM alone,
 each trial absent, out of memory, crashed or timed) and of memory analyses. For each part an
-oracle written from the paper's sentence, independently of harness.claims, states what must be
+oracle written from the paper's sentence, independently of harness.paper.claims, states what must be
 true of the raw table for the part to hold; the part may say less (not shown, within noise),
 never more."""
 import statistics
@@ -10,7 +10,8 @@ import statistics
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import claims, paper, slices
+from harness.paper import claims, observed
+from harness.platform import slices
 from tests_cpu.claim_records import CORPUS_SEQUENCES, links_doc, memory, trial
 
 TACC, GPN = "TACC-TACC", "UTAH-GPN"  # 0.1 ms and 20 ms; both 2 RTX + 2 T4
@@ -185,16 +186,16 @@ def mem_oracle(spec) -> dict:
     first = [p for p in placements if p[0] == "gpt2L" and p[2] == "vm1"]
     one_vm = bool(first) and all(complete(runs(*p)) for p in first) and sum(
         all(o[0] == "oom" for o in runs(*p).values()) for p in first) > len(first) / 2
-    conflicts = paper.conflicts()
-    scope = [(s, pl, m, t, ran) for (s, pl, m, t), ran in paper.RUNS.items()
+    conflicts = observed.conflicts()
+    scope = [(s, pl, m, t, ran) for (s, pl, m, t), ran in observed.RUNS.items()
              if any(q[0] == m and q[1] == s for q in placements) and s in (TACC, GPN)
-             and (m, t, paper.gpu_memory(s, pl)) not in conflicts]
-    observed = bool(scope) and all(
-        (o := spec[(m, t, s, "all" if pl == paper.FOUR_GPUS else "vm1")]) is not None and o[0] != "error"
+             and (m, t, observed.gpu_memory(s, pl)) not in conflicts]
+    as_observed = bool(scope) and all(
+        (o := spec[(m, t, s, "all" if pl == observed.FOUR_GPUS else "vm1")]) is not None and o[0] != "error"
         and (o[0] == "ok") == ran for s, pl, m, t, ran in scope)
     return {"C4.most": extreme("Pipeshard", True), "C4.least": extreme("ZeRO2", False),
             "C4.fails-first": fails_first, "C4.zero2-only": zero2_only, "C4.gpt2L-one-vm": one_vm,
-            "C4.observed": observed}
+            "C4.observed": as_observed}
 
 
 @PROPERTY
@@ -219,8 +220,7 @@ def test_a_limit_excuses_nothing_beyond_its_reach_off_its_slices_or_without_its_
     which Pipeshard's overhead weighs `here` of its compute against the paper's `paper`: whatever
     the figures, a contradiction is excused only on TACC-TACC, within here / paper, where
     here / paper reaches the threshold."""
-    from harness import limits
-    from harness.suite import deviations
+    from harness.paper import deviations, limits
 
     times = {"Pipeshard": [pipeshard_over_data] * 5, "Data": [1.0] * 5, "ZeRO2": [1.0] * 5, "Shard": [9.0] * 5}
     table = claims.Table([trial(t, slice_name, ts, rtt=RTT[slice_name]) for t, ts in times.items()],

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness import records
+from harness.runs import records
 from tests_cpu import slice_files
 
 
@@ -50,7 +50,7 @@ def test_train_precision_and_remat_are_the_models_and_recorded(precision, remat)
 
 
 def test_mfu_divides_by_the_peak_of_the_arithmetic_that_ran():
-    from harness.hardware import accelerator
+    from harness.platform.hardware import accelerator
 
     h100, t4 = accelerator("H100"), accelerator("T4")
     assert h100.peak_for("float32") == (494.5, "tf32")  # XLA runs float32 matmuls as TF32 on Hopper
@@ -153,7 +153,7 @@ def test_a_forked_helper_that_is_terminated_does_not_tear_down_the_command(tmp_p
     marker = tmp_path / "torn-down"
     script = f"""
 import os, signal, time
-from harness import cli
+from harness.commands import cli
 for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, cli._interrupt_in(os.getpid()))
 child = os.fork()

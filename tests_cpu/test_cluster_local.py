@@ -1,4 +1,4 @@
-"""One worker process per VM on this machine (harness.cluster.local), joined by jax.distributed."""
+"""One worker process per VM on this machine (harness.backends.local), joined by jax.distributed."""
 import dataclasses
 import signal
 import statistics
@@ -6,10 +6,10 @@ import statistics
 import numpy as np
 import pytest
 
-from harness.cluster.local import LocalProcesses
-from harness.cluster.servers import describe_failure
-from harness.cluster.worker import environment
-from harness.jobs import Job
+from harness.backends.local import LocalProcesses
+from harness.backends.servers import describe_failure
+from harness.backends.worker import environment
+from harness.runs.jobs import Job
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, TRAIN
 
 pytestmark = pytest.mark.slow  # trains in several processes

@@ -1,7 +1,8 @@
 """Regression comparison of a run with a baseline, on hand-made run folders."""
 import json
 
-from harness import compare, records
+from harness.experiments import compare
+from harness.runs import records
 from tests_cpu.claim_records import trial
 
 GPN = "UTAH-GPN"

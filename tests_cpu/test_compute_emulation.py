@@ -1,4 +1,4 @@
-"""The emulated VMs' GPUs at their relative speeds (harness.emulation.compute): real CPU quotas on
+"""The emulated VMs' GPUs at their relative speeds (harness.backends.emulation.compute): real CPU quotas on
 real cgroups, measured by the kernel's own throttling counters, and nothing left behind."""
 import subprocess
 import sys
@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from harness import hardware, slices
-from harness.cluster.ray_nodes import share_cores, taskset
-from harness.emulation import compute, netns
-from harness.emulation.network import EmulatedNetwork
+from harness.backends.emulation import compute, netns
+from harness.backends.emulation.network import EmulatedNetwork
+from harness.backends.ray_nodes import share_cores, taskset
+from harness.platform import hardware, slices
 
 # slow: brings up emulated slices with CPU quotas (root, cgroups)
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("emulation")]

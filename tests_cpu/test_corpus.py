@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from harness import data
+from harness.core import data
 from harness.errors import BadInput
 
 CARD = """---

@@ -1,4 +1,4 @@
-"""The cost model (harness.costmodel) and `python -m harness predict`, at paper scale.
+"""The cost model (harness.analysis.costmodel) and `python -m harness predict`, at paper scale.
 
 Its agreement with measured trials is tested where the trials are measured (test_claims.py);
 here, its parts: TCP's window and slow start, the terms of each technique, and the command.
@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import costmodel, measured_link, netmodel, slices
-from harness.cli import main
-from harness.config import Setup, model_config
+from harness.analysis import costmodel, measured_link, netmodel
+from harness.analysis.netmodel import Network
+from harness.commands.cli import main
+from harness.core.config import Setup, model_config
+from harness.core.flops import param_count
 from harness.errors import BadInput
-from harness.flops import param_count
-from harness.netmodel import Network
+from harness.platform import slices
 from tests_cpu import slice_files
 
 GPT2M = model_config("gpt2m")

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import data
-from harness import tokenizer as tok
+from harness.core import data
+from harness.core import tokenizer as tok
 from harness.errors import BadInput
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness.emulation.delaylink import VNET_HDR, Direction, Relay, _pareto
+from harness.backends.emulation.delaylink import VNET_HDR, Direction, Relay, _pareto
 
 pytestmark = pytest.mark.slow  # moves real traffic through the delay link
 

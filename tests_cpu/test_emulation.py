@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from harness import slices
-from harness.cluster.driver_client import DriverClient, DriverError
-from harness.cluster.ray_nodes import RayCluster
-from harness.emulation import netns, probe
-from harness.emulation.network import (
+from harness.backends.driver_client import DriverClient, DriverError
+from harness.backends.emulation import netns, probe
+from harness.backends.emulation.network import (
     MTU,
     EmulatedNetwork,
     measure_rtt,
     measure_throughput,
     tcp_window_bytes,
 )
-from harness.jobs import Job
+from harness.backends.ray_nodes import RayCluster
+from harness.platform import slices
+from harness.runs.jobs import Job
 from tests_cpu.leaks import back_to, interruptible, leftovers, stopped_at_exit, wait_until
 from tests_cpu.techniques_setup import MODEL, TRAIN
 
@@ -212,9 +212,9 @@ def test_link_down_mid_trial_fails_clearly_within_heartbeat_plus_15_s():
 
 BRING_UP = """
 import sys, time
-from harness import slices
-from harness.emulation.network import EmulatedNetwork
-from harness.cluster.ray_nodes import RayCluster
+from harness.platform import slices
+from harness.backends.emulation.network import EmulatedNetwork
+from harness.backends.ray_nodes import RayCluster
 with EmulatedNetwork(slices.load("UTAH-GPN")) as net, RayCluster(net):
     print("up", flush=True)
     time.sleep(600)

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import records, slices
-from harness.config import Budget
-from harness.cluster.ray_nodes import RayCluster
-from harness.emulation.network import EmulatedNetwork, measure_rtt
+from harness.backends.emulation.network import EmulatedNetwork, measure_rtt
+from harness.backends.ray_nodes import RayCluster
+from harness.core.config import Budget
+from harness.platform import slices
+from harness.runs import records
 from harness.suite.privileges import require_emulation
 
 pytestmark = pytest.mark.slow  # runs the live-slice suite on an emulated slice

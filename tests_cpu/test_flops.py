@@ -4,8 +4,8 @@ Toy model: H = 2, L = 1, V = 3, positions P = 4, one head; batch B = 1, sequence
 """
 import pytest
 
-from harness import flops
-from harness.config import GPTConfig
+from harness.core import flops
+from harness.core.config import GPTConfig
 
 TOY = GPTConfig("toy", n_layer=1, n_head=1, n_embd=2, vocab_size=3, n_positions=4)
 
@@ -36,7 +36,7 @@ def test_tflops_is_per_device():
 def test_gpt2m_step_flops_order_of_magnitude():
     # 8 sequences of 1024 tokens through 355M parameters: about 6 * 355e6 * 8192 = 17.4 TFLOP,
     # plus attention; both rules must land close to each other.
-    from harness.config import model_config
+    from harness.core.config import model_config
 
     m = model_config("gpt2m")
     alpa, rule = flops.alpa_step_flops(m, 8, 1024), flops.rule_step_flops(m, 8, 1024)

@@ -1,4 +1,4 @@
-"""XLA's GPU compiler for the slices' own GPUs, run without a GPU (harness/gpu_compiler.py), against
+"""XLA's GPU compiler for the slices' own GPUs, run without a GPU (harness/analysis/gpu_compiler.py), against
 the CPU compiler the memory claims use elsewhere: the same plans, technique by technique."""
 import json
 import os
@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-from harness import gpu_compiler, memory, slices
-from harness.config import Setup, model_config
+from harness.analysis import gpu_compiler, memory
+from harness.core.config import Setup, model_config
 from harness.errors import BadInput
-from harness.hardware import ACCELERATORS, GiB
+from harness.platform import slices
+from harness.platform.hardware import ACCELERATORS, GiB
 
 pytestmark = pytest.mark.slow  # needs the CUDA compiler plugin (a 480 MB download)
 
@@ -43,7 +44,7 @@ def test_without_the_plugin_the_memory_command_says_how_to_install_it_before_com
                           env={**os.environ, "HARNESS_GPU_COMPILER": str(env_dir)})
     assert proc.returncode != 0 and proc.stdout == ""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "python -m harness.gpu_compiler install" in lines[0], proc.stderr
+    assert len(lines) == 1 and "python -m harness.analysis.gpu_compiler install" in lines[0], proc.stderr
     assert "jaxlib" in lines[0] and str(env_dir) in lines[0]
 
 

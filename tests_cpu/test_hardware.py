@@ -2,7 +2,8 @@
 sheet, and a look-alike (another GPU with a similar name) is left unknown rather than mismeasured."""
 import pytest
 
-from harness import gpu_compiler, hardware
+from harness.analysis import gpu_compiler
+from harness.platform import hardware
 
 
 @pytest.mark.parametrize("device_kind, gpu", [

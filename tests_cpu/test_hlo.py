@@ -1,5 +1,5 @@
 """The HLO reader on the forms XLA prints replica groups in."""
-from harness import hlo
+from harness.analysis import hlo
 
 TEXT = """HloModule m
 %body.1 (p: f32[4]) -> f32[4] {

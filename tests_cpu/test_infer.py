@@ -5,8 +5,9 @@ import sys
 
 import pytest
 
-from harness import claims, infer, paper
-from harness.config import Setup
+from harness.core.config import Setup
+from harness.experiments import infer
+from harness.paper import claims, observed
 
 pytestmark = pytest.mark.slow  # runs trials for the inference command
 
@@ -34,10 +35,10 @@ def test_the_space_keeps_whole_microbatches_and_leaves_out_bfloat16():
 
 def test_conflicting_observations_are_not_counted():
     counted = infer.counted_observations()
-    conflicts = paper.conflicts()
-    assert conflicts and len(counted) < len(paper.RUNS)
-    for (s, placement, model, tech) in paper.RUNS:
-        key = (model, tech, paper.gpu_memory(s, placement))
+    conflicts = observed.conflicts()
+    assert conflicts and len(counted) < len(observed.RUNS)
+    for (s, placement, model, tech) in observed.RUNS:
+        key = (model, tech, observed.gpu_memory(s, placement))
         assert ((s, placement, model, tech) in counted) == (key not in conflicts)
 
 

@@ -5,10 +5,10 @@ import threading
 
 import pytest
 
-from harness import inventory
-from harness.cluster.driver_client import DriverClient, DriverError
-from harness.cluster.ray_driver import HEAD_PROBE_S
+from harness.backends.driver_client import DriverClient, DriverError
+from harness.backends.ray_driver import HEAD_PROBE_S
 from harness.errors import BadInput
+from harness.platform import inventory
 
 
 @pytest.mark.parametrize("text, field", [

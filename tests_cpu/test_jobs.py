@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from harness.jobs import Job, execute
+from harness.runs.jobs import Job, execute
 from tests_cpu.techniques_setup import MODEL, TRAIN
 
 

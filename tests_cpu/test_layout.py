@@ -1,4 +1,4 @@
-"""Emulated VMs laid on this machine's devices (harness.cluster.layout): one process per VM where
+"""Emulated VMs laid on this machine's devices (harness.backends.layout): one process per VM where
 there is a GPU for every emulated one, one per emulated GPU on shares of fewer; then the split
 path end to end through Ray on CPU devices, where CI can run it."""
 import dataclasses
@@ -6,9 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness import slices, trials
-from harness.cluster import layout, ray_clusters
-from harness.config import Budget
+from harness.backends import layout, ray_clusters
+from harness.core.config import Budget
+from harness.platform import slices
+from harness.runs import trials
 from harness.suite.privileges import require_emulation
 
 pytestmark = pytest.mark.slow  # trains through Ray on emulated VMs

@@ -1,11 +1,11 @@
-"""The claims' trial path through the local backend (harness.cluster.local.LocalCluster): the
+"""The claims' trial path through the local backend (harness.backends.local.LocalCluster): the
 same test_trial the emulated and live backends run, each trial a pytest-benchmark test, then the
 claims over the table. No root, Ray or delay: it shows that the runner and the Cluster protocol
 carry a trial end to end, not the paper's latencies, so the claims are made, not judged."""
 import numpy as np
 import pytest
 
-from harness import claims
+from harness.paper import claims
 from harness.suite import checks
 from harness.suite.claims_tests import test_trial  # noqa: F401 - the claims' own trial test
 from harness.suite.session import ClaimsLog

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster.layout import visible_gpus
+from harness.backends.layout import visible_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 

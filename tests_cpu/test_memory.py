@@ -1,19 +1,20 @@
 """Paper-scale memory per technique from compile-only XLA analysis, and where it runs out."""
 import json
+import math
 import os
 import subprocess
 import sys
 from dataclasses import replace
 
-import math
-
 import jax
 import pytest
 
-from harness import model, records, slices, train
-from harness.config import Setup, TrainConfig, model_config
-from harness.hardware import GiB
-from harness.memory import COMPILE_ONLY, analyse
+from harness.analysis.memory import COMPILE_ONLY, analyse
+from harness.core import model, train
+from harness.core.config import Setup, TrainConfig, model_config
+from harness.platform import slices
+from harness.platform.hardware import GiB
+from harness.runs import records
 from harness.techniques import ClusterShape
 from harness.techniques.pipeshard_stages import in_flight, own_parameters, stage_programs
 from tests_cpu import slice_files
@@ -116,7 +117,7 @@ def test_a_stage_holds_only_its_own_parameters_and_the_microbatches_in_flight():
 
 
 def test_a_plan_is_compiled_once_per_process_and_each_record_is_its_own():
-    from harness import memory
+    from harness.analysis import memory
 
     sl, tiny = slices.load("UTAH-MASS"), model_config("scale-tiny")
     first = analyse(sl, tiny, 4, Setup(), techniques=("Data", "Pipeshard"))

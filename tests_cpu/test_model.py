@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from harness import flops, model
-from harness.config import MODELS, GPTConfig, model_config
+from harness.core import flops, model
+from harness.core.config import MODELS, GPTConfig, model_config
 from harness.errors import BadInput
 
 

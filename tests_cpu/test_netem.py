@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.emulation import netns
+from harness.backends.emulation import netns
 from tests_cpu import stock_kernel
 
 # slow: boots a stock kernel under QEMU

@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
-from harness import jobs, slices, trials
-from harness.config import Budget, TrainConfig, model_config
+from harness.core.config import Budget, TrainConfig, model_config
 from harness.errors import BadInput
+from harness.platform import slices
+from harness.runs import jobs, trials
 
 
 def test_a_bad_precision_is_named_before_any_trial():

@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from harness import data, records, train
-from harness.config import TrainConfig, model_config
+from harness.core import data, train
+from harness.core.config import TrainConfig, model_config
+from harness.runs import records
 
 
 @pytest.fixture(scope="module")

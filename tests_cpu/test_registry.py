@@ -3,8 +3,11 @@ predicted like them, and changes no verdict about the paper, whose claims run it
 import numpy as np
 import pytest
 
-from harness import claims, costmodel, slices, train
-from harness.config import Technique, model_config
+from harness.analysis import costmodel
+from harness.core import train
+from harness.core.config import Technique, model_config
+from harness.paper import claims
+from harness.platform import slices
 from harness.techniques import TECHNIQUES, ClusterShape, DataParallel, register, technique
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, TRAIN
 from tests_cpu.test_verdicts import full_run

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import records
+from harness.runs import records
 from harness.suite.privileges import require_emulation
 from tests_cpu.leaks import back_to, interruptible, leftovers, stopped_at_exit
 

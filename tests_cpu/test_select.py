@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from harness.cli import main
+from harness.commands.cli import main
 
 
 @pytest.mark.parametrize("args, field", [(["--delta", "0"], "--delta"), (["--steps", "4"], "--steps"),
@@ -26,8 +26,9 @@ def test_eps_is_counted_in_steps_of_the_all_vm_batch():
     """--eps EPOCHS becomes a step budget: epochs x steps per epoch at the batch of all VMs (8 here)."""
     from argparse import Namespace
 
-    from harness import data, slices
     from harness.commands.select import steps_for
+    from harness.core import data
+    from harness.platform import slices
 
     per_epoch = data.prepare(4096, 128, 8, data.load_corpus()).steps_per_epoch(8)
     sl = slices.load("UTAH-GPN")

@@ -1,4 +1,4 @@
-"""Algorithm 1 (harness.selection) over made-up trial outcomes: failures, ties, near-equal results.
+"""Algorithm 1 (harness.paper.selection) over made-up trial outcomes: failures, ties, near-equal results.
 
 The outcomes are T values (TFLOP/s per GPU, 0 = failed) that hypothesis draws, and often draws
 equal, zero, or a hair either side of the threshold delta, where the published pseudo-code's edge
@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import costmodel, selection, slices
-from harness.config import model_config
+from harness.analysis import costmodel
+from harness.core.config import model_config
 from harness.errors import BadInput
-from harness.selection import DATA, PIPESHARD, SHARD, ZERO2
+from harness.paper import selection
+from harness.paper.selection import DATA, PIPESHARD, SHARD, ZERO2
+from harness.platform import slices
 
 DELTA = 0.1
 

@@ -1,12 +1,14 @@
-"""Similarity scaling (harness.similarity): the groups that decide the orderings, and the link
+"""Similarity scaling (harness.analysis.similarity): the groups that decide the orderings, and the link
 that gives the scale model the paper's."""
 import json
 
 import pytest
 
-from harness import costmodel, costmodel_check, resources, similarity, slices
-from harness.config import Budget, Setup, model_config
-from harness.netmodel import Network
+from harness import resources
+from harness.analysis import costmodel, costmodel_check, similarity
+from harness.analysis.netmodel import Network
+from harness.core.config import Budget, Setup, model_config
+from harness.platform import slices
 
 GPT2M, SMALL = model_config("gpt2m"), model_config("scale-small")
 BUDGET = Setup(batch_per_gpu=2, micro_batches=2, seq_len=128)

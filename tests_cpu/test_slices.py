@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import slices
-from harness.cli import main
+from harness.commands.cli import main
 from harness.errors import BadInput
+from harness.platform import slices
 
 
 def test_table_i_is_the_papers():

@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import hlo, model, train
-from harness.config import model_config
+from harness.analysis import hlo
+from harness.analysis.netmodel import Links
+from harness.core import model, train
+from harness.core.config import model_config
+from harness.core.flops import param_count
 from harness.errors import BadInput
-from harness.flops import param_count
-from harness.netmodel import Links
 from harness.techniques import TECHNIQUES, ClusterShape, buckets, technique
 from harness.techniques.pipeshard_stages import balance
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
@@ -40,7 +41,7 @@ def test_combined_buckets_match_single_device(name, packed, reference):
 
 
 def test_a_stepper_parked_between_steps_trains_on_as_if_it_had_not_been(packed):
-    """A sweep parks every technique but the one that runs (harness.cluster.worker): its state,
+    """A sweep parks every technique but the one that runs (harness.backends.worker): its state,
     sharded over the devices, leaves them for host memory and comes back bit for bit."""
     plan = technique("ZeRO2", micro_batches=MICRO_BATCHES).build(MODEL, ClusterShape(2, 2), TRAIN, TRAIN.steps)
     never_parked = train.plan_stepper(plan, MODEL, TRAIN, packed, train.TrainRun(TRAIN.steps)).advance(TRAIN.steps)

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from harness import data, train
-from harness.config import TrainConfig, model_config
+from harness.core import data, train
+from harness.core.config import TrainConfig, model_config
 
 pytestmark = pytest.mark.slow  # trains the scale models for hundreds of steps
 

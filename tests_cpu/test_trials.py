@@ -1,8 +1,9 @@
 """What a trial is made of, without running one (the claims suite runs them)."""
 import pytest
 
-from harness import slices, trials
 from harness.errors import BadInput
+from harness.platform import slices
+from harness.runs import trials
 from tests_cpu import slice_files
 
 
@@ -17,7 +18,7 @@ def test_a_trial_goes_into_the_benchmark_json_as_its_fields():
     """pytest-benchmark writes a parameter it cannot serialise as 'UNSERIALIZABLE[<repr>]'."""
     import json
 
-    from harness.config import Technique
+    from harness.core.config import Technique
     from harness.suite import plugin
 
     doc = {"benchmarks": [{"params": {"trial": trials.Trial.on(slices.load("UTAH-GPN"), Technique.DATA)}},

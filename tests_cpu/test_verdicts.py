@@ -10,9 +10,12 @@ import re
 
 import pytest
 
-from harness import claims, limits, noise, records, report, slices
-from harness.config import Technique
-from harness.suite import checks, deviations
+from harness.core.config import Technique
+from harness.experiments import report
+from harness.paper import claims, deviations, limits
+from harness.platform import slices
+from harness.runs import noise, records
+from harness.suite import checks
 from tests_cpu.claim_records import links_doc, memory, trial
 
 TACC, GPN, MASS = "TACC-TACC", "UTAH-GPN", "UTAH-MASS"
@@ -352,9 +355,9 @@ def test_a_trial_out_of_its_share_of_a_shared_gpu_is_recorded_as_a_harness_error
     """The runner's record, where four emulated GPUs share one physical GPU: ZeRO2 out of memory
     with a step of 10.2 GiB (a T4 of UTAH-GPN has 14.4 usable) is an error, not the paper's x;
     at 30 GiB it is out of memory as the modelled GPU would be."""
-    from harness import trials
-    from harness.cluster import layout
-    from harness.config import Budget
+    from harness.backends import layout
+    from harness.core.config import Budget
+    from harness.runs import trials
 
     sl = slices.load(GPN)
     class OneGPU:  # the facts an emulated cluster on one physical GPU gives a record, and nothing else

@@ -3,10 +3,11 @@ VMs, of which kind, once per step or inside the microbatch loop, and how many by
 whose program and cost model drift apart fails here, before any trial or prediction is wrong."""
 import pytest
 
-from harness import costmodel, hlo, model
-from harness.netmodel import Network
+from harness.analysis import costmodel, hlo
+from harness.analysis.netmodel import Network
+from harness.core import model
 from harness.techniques import ClusterShape, technique
-from harness.techniques.contract import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, RING_PASS, SCALAR, SEND, Step)
+from harness.techniques.contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, RING_PASS, SCALAR, SEND, Step
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, TRAIN
 
 pytestmark = pytest.mark.slow  # compiles every technique's step to read its HLO

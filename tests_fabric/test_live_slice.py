@@ -1,5 +1,5 @@
 """The live slice is what its inventory says: one Ray node per VM, with the listed GPUs."""
-from harness.cluster.driver_client import DriverClient
+from harness.backends.driver_client import DriverClient
 
 
 def test_ray_cluster_has_one_node_per_vm_with_its_gpus(live_slice):

@@ -4,7 +4,7 @@ each emulated VM given its own GPUs and NCCL kept off shared memory, so traffic 
     pytest -m gpu                                                   # the scale model
     pytest -m gpu --trial-model gpt2m --trial-precision bfloat16   # paper scale
 On fewer GPUs than a slice needs (one GPU), the emulated VMs share them: a worker process per
-emulated GPU with its share of the memory (harness/cluster/layout.py).
+emulated GPU with its share of the memory (harness/backends/layout.py).
 """
 import pytest
 

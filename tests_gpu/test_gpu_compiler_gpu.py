@@ -1,4 +1,4 @@
-"""XLA's GPU compiler without a GPU (harness/gpu_compiler.py) against the GPU that is here: the data
+"""XLA's GPU compiler without a GPU (harness/analysis/gpu_compiler.py) against the GPU that is here: the data
 sheet it compiles for is this GPU's, and the bytes it forecasts for a step are the bytes this GPU's
 own compile of that step asks for and what its allocator hands out when the step runs. The figures
 go into the JUnit XML as properties (tests_gpu/device_run.sh writes it)."""
@@ -10,8 +10,9 @@ from pathlib import Path
 import jax
 import pytest
 
-from harness import gpu_compiler, hardware
-from harness.config import Setup, model_config
+from harness.analysis import gpu_compiler
+from harness.core.config import Setup, model_config
+from harness.platform import hardware
 from harness.techniques import ClusterShape, technique
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,7 @@ def this_gpu() -> str:
     kind = jax.devices("gpu")[0].device_kind
     acc = hardware.identify(kind)
     if acc is None:
-        pytest.skip(f"{kind}: not in harness/hardware.py's table, so there is no data sheet to check")
+        pytest.skip(f"{kind}: not in harness/platform/hardware.py's table, so there is no data sheet to check")
     return acc.name
 
 
@@ -67,8 +68,8 @@ def test_the_forecast_is_this_gpus_own_compile_and_allocation(record_property):
 
 def _run_here() -> dict:
     """Build the plan on this GPU, take its compiled bytes, run three steps, read the allocator's peak."""
-    from harness import data, train
-    from harness.config import TrainConfig
+    from harness.core import data, train
+    from harness.core.config import TrainConfig
 
     model_cfg = model_config(MODEL)
     batch = SETUP.batch_per_gpu * ONE.n_devices

@@ -19,8 +19,9 @@ import numpy as np
 import optax
 import pytest
 
-from harness import data, environment, flops, model, train
-from harness.config import TrainConfig, model_config
+from harness.core import data, flops, model, train
+from harness.core.config import TrainConfig, model_config
+from harness.runs import environment
 
 BATCH = int(os.environ.get("HARNESS_GPU_BENCH_BATCH", "16"))
 SEQ = 1024
@@ -49,7 +50,7 @@ def plain_step_times(cfg, train_cfg, packed) -> tuple[list[float], list[float]]:
     return losses, times[WARMUP:]
 
 
-# Sizes from XLA's GPU compiler for an H100 (harness/gpu_compiler.py, no GPU needed), with the
+# Sizes from XLA's GPU compiler for an H100 (harness/analysis/gpu_compiler.py, no GPU needed), with the
 # attention scores written out: float32, which cuDNN's fused attention does not take, needs
 # 113 GiB at 16 sequences and 58 GiB at 8, so it runs half the batch; bfloat16 with remat needs
 # 32 GiB at 64 sequences even without cuDNN's kernel, which keeps no scores at all.

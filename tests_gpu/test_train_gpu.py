@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from harness import data, records, train
-from harness.config import TrainConfig, model_config
+from harness.core import data, train
+from harness.core.config import TrainConfig, model_config
+from harness.runs import records
 
 
 def test_scale_model_learns_on_gpu():

@@ -2,7 +2,8 @@
 import argparse
 from pathlib import Path
 
-from harness import compare, inputs
+from harness import inputs
+from harness.experiments import compare
 
 HELP = "compare a run folder with a baseline: slower trials, newly failed trials, worse claim verdicts"
 

@@ -4,13 +4,18 @@ import itertools
 import sys
 import time
 
-from harness import slices
-from harness.cluster.ray_nodes import RayCluster
-from harness.emulation import netns
-from harness.emulation.network import (
-    MECHANISMS, EmulatedNetwork, choose_mechanism, measure_rtt, measure_throughput, tcp_window_bytes,
+from harness.backends.emulation import netns
+from harness.backends.emulation.network import (
+    MECHANISMS,
+    EmulatedNetwork,
+    choose_mechanism,
+    measure_rtt,
+    measure_throughput,
+    tcp_window_bytes,
 )
+from harness.backends.ray_nodes import RayCluster
 from harness.errors import BadInput
+from harness.platform import slices
 
 HELP = "bring up an emulated slice (a network namespace per VM, delay on the packets), probe it, tear it down"
 THROUGHPUT_SECONDS = 2.0  # long enough to leave TCP slow start behind at 100 ms

@@ -2,8 +2,9 @@
 import argparse
 from pathlib import Path
 
-from harness import records, rejudge, report
 from harness.errors import BadInput
+from harness.experiments import rejudge, report
+from harness.runs import records
 
 HELP = "judge a run folder again from its records and say where its claims.json differs (--write: rewrite it)"
 

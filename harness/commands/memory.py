@@ -4,10 +4,14 @@ import contextlib
 import dataclasses
 import sys
 
-from harness import gpu_compiler, infer, inputs, memory, records, slices
-from harness.config import Setup, model_config
+from harness import inputs
+from harness.analysis import gpu_compiler, memory
+from harness.analysis.memory import analyse, source
+from harness.core.config import Setup, model_config
 from harness.errors import BadInput
-from harness.memory import analyse, source
+from harness.experiments import infer
+from harness.platform import slices
+from harness.runs import records
 from harness.techniques import TECHNIQUES
 
 HELP = "per-GPU memory of each technique at paper scale (compile-only XLA analysis) and where it runs out"
@@ -41,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s, Alpa's)")
     p.add_argument("--compiler", default="auto", choices=[*gpu_compiler.COMPILERS, "both"],
                    help="cpu: XLA's CPU compiler; gpu: XLA's GPU compiler for each slice's own GPUs, no GPU needed "
-                        "(JAX's CUDA plugin: python -m harness.gpu_compiler install); both: the two side by side; "
+                        "(JAX's CUDA plugin: python -m harness.analysis.gpu_compiler install); both: the two side by side; "
                         "auto (default): gpu on a machine with a GPU, cpu elsewhere")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial records to this file")
     p.add_argument("--infer", action="store_true",

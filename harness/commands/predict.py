@@ -1,12 +1,15 @@
-"""`python -m harness predict`: every technique on a slice, predicted in closed form (harness.costmodel)."""
+"""`python -m harness predict`: every technique on a slice, predicted in closed form (harness.analysis.costmodel)."""
 import argparse
 import dataclasses
 import sys
 
-from harness import costmodel, data, inputs, measured_link, slices
-from harness.config import Setup, model_config
+from harness import inputs
+from harness.analysis import costmodel, measured_link
+from harness.core import data
+from harness.core.config import Setup, model_config
 from harness.errors import BadInput
-from harness.hardware import ACCELERATORS
+from harness.platform import slices
+from harness.platform.hardware import ACCELERATORS
 
 HELP = "predict step time, 20-epoch time, TFLOP/s and memory of each technique on a slice, in seconds of CPU"
 CHARS_PER_TOKEN = 4.0  # GPT-2's byte-level BPE on English prose: about 4 characters per token (OpenAI's rule of thumb)
@@ -82,7 +85,7 @@ def corpus_tokens() -> float:
 def _network_line(n: dict) -> str:
     m = n["measured"]
     where = (f"measured {m['a']}-{m['b']}: {m['rtt_ms']:g} ms, one flow {m['flow_bytes_per_s'] / 1e6:.1f} MB/s "
-             f"({m['source']})") if m else "stock settings (harness/netmodel.py)"
+             f"({m['source']})") if m else "stock settings (harness/analysis/netmodel.py)"
     return (f"network: link {n['link_bytes_per_s'] * 8 / 1e9:.3g} Gbit/s, TCP window {n['window_bytes'] / 2**20:.2f} MiB x "
             f"{n['flows_per_peer']} flow(s) per peer; {where}")
 

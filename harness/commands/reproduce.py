@@ -19,8 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness import compare, infer, inputs, report, resources, slices
-from harness.config import model_config
+from harness import inputs, resources
+from harness.core.config import model_config
+from harness.experiments import compare, infer, report
+from harness.platform import slices
 from harness.suite.options import CLAIMS_ACROSS_VMS
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"

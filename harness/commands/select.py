@@ -2,7 +2,7 @@
 
 The slice is emulated on this machine (its VMs as network namespaces behind the delay link, one
 Ray node each), and each configuration the algorithm asks for is trained and timed through the
-harness, exactly as the claims' trials are. Both modes of harness.selection share the trials: a
+harness, exactly as the claims' trials are. Both modes of harness.paper.selection share the trials: a
 configuration is run once even when both ask for it. Every trial goes to <out>/results.jsonl as
 it finishes; the decisions, with the table and the rule that fired, go to <out>/selection.json.
 """
@@ -11,12 +11,17 @@ import datetime
 import json
 import math
 
-from harness import data, inputs, measured_selection, selection, slices, trials
-from harness.cluster import ray_clusters
-from harness.config import Budget, TrainConfig, model_config
-from harness.emulation import compute, netns
+from harness import inputs
+from harness.backends import ray_clusters
+from harness.backends.emulation import compute, netns
+from harness.core import data
+from harness.core.config import Budget, TrainConfig, model_config
 from harness.errors import BadInput
-from harness.noise import MIN_TIMED_STEPS
+from harness.experiments import measured_selection
+from harness.paper import selection
+from harness.platform import slices
+from harness.runs import trials
+from harness.runs.noise import MIN_TIMED_STEPS
 
 HELP = "pick the technique and VMs for a slice by the paper's Algorithm 1, from real trials"
 INTERRUPTED = 130
@@ -38,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="published: Algorithm 1 as printed; corrected: by time to train (docs/selection-and-costmodel.md); "
                         "both (default): each, from one set of trials")
     p.add_argument("--planner", action="store_true",
-                   help="skip single-VM runs that the cost model (harness.costmodel) says cannot change the decision")
+                   help="skip single-VM runs that the cost model (harness.analysis.costmodel) says cannot change the decision")
     p.add_argument("--margin", type=float, default=0.3,
                    help="planner: how far (factor 1 + margin) a prediction may be off (default: %(default)s)")
     p.add_argument("--out", default="reports", metavar="DIR",

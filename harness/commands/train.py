@@ -5,9 +5,11 @@ import sys
 
 import jax
 
-from harness import data, inputs, records, train
-from harness.config import MODELS, PRECISIONS, TrainConfig, compute_dtype, model_config
+from harness import inputs
+from harness.core import data, train
+from harness.core.config import MODELS, PRECISIONS, TrainConfig, compute_dtype, model_config
 from harness.progress import Progress
+from harness.runs import records
 
 HELP = "train a model on one device (the single-device reference) and print its trial record"
 DEFAULT_MODEL = "scale-small"

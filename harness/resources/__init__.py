@@ -1,6 +1,6 @@
 """Data the harness ships with its code, so that an installed copy needs no checkout:
 
-    slices/      the five slices of the paper's Table I (TOML, see harness.slices)
+    slices/      the five slices of the paper's Table I (TOML, see harness.platform.slices)
     wikipedia/   a 105-article English Wikipedia sample in the hub's schema (see its README)
     baselines/   committed `reproduce` runs that regression comparison reads by default
 """

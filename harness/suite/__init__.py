@@ -8,6 +8,6 @@
     checks.py        the test bodies' steps: run a trial, judge a claim, build the memory table
     claims_tests.py  the one claims test body, whatever the backend
     emulated.py      the claims on the emulated Table I slices (what `reproduce` runs)
-    deviations.py    what the CPU scale model cannot show: limits as data (harness.limits), each
+    deviations.py    what the CPU scale model cannot show: limits as data (harness.paper.limits), each
                      bounded and excusing only where the run shows its mechanism
 """

@@ -8,7 +8,7 @@ cannot show. The cluster is torn down when the module's tests are done, not held
 processes and workers) through the rest of the session, where it would disturb other timings.
 
 A backend is registered under its name (register): which trials it runs, known when the tests
-are collected, and how it opens its cluster (a harness.cluster.contract.Cluster) and the runner
+are collected, and how it opens its cluster (a harness.backends.contract.Cluster) and the runner
 over it. A new one is a function here, or in a plugin of its own that calls register.
 """
 import contextlib
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from harness import inventory, slices
-from harness.cluster import layout
-from harness.config import Technique, model_config
-from harness.emulation import compute
+from harness.backends import layout
+from harness.backends.emulation import compute
+from harness.core.config import Technique, model_config
+from harness.platform import inventory, slices
 from harness.suite import options
 from harness.suite.privileges import require_emulation
 
@@ -31,17 +31,17 @@ MARKER = "claims_backend"
 @dataclass
 class Backend:
     name: str
-    runner: object  # harness.trials.Runner
+    runner: object  # harness.runs.trials.Runner
     slices: list  # the slices as given (the paper's links); runner.slices has the links the trials ran on
     trials: list
     declared: str = "none"  # which declared limits apply (deviations.declared)
-    scaling: object = None  # harness.calibration.Scaling of a run on the CPU scale model's emulated links
+    scaling: object = None  # harness.experiments.calibration.Scaling of a run on the CPU scale model's emulated links
     _literal: object = field(default=None, repr=False)
 
     @property
     def limits(self) -> tuple:
         # deferred: pytest loads the plugin before conftest configures JAX
-        from harness.suite import deviations
+        from harness.paper import deviations
 
         return deviations.declared(self.declared)
 
@@ -50,7 +50,7 @@ class Backend:
         groups of the link the trials ran on and the paper's. On literal links, the links
         similarity scaling would pick from these trials (recs), worked out once."""
         # deferred: pytest loads the plugin before conftest configures JAX
-        from harness import calibration
+        from harness.experiments import calibration
 
         if self.scaling is None:
             return None
@@ -104,7 +104,7 @@ def live_slice(config):
 
 
 def _live_trials(config) -> list:
-    from harness import trials  # deferred: pytest loads the plugin before conftest configures JAX
+    from harness.runs import trials  # deferred: pytest loads the plugin before conftest configures JAX
 
     live = live_slice(config)
     return trials.trials_for(live[0]) if live else []  # every VM alone too: live VMs differ
@@ -113,8 +113,8 @@ def _live_trials(config) -> list:
 @register("live", "the VMs of a running slice, described by --slice-inventory", _live_trials)
 def _live(config, log, budget):
     # deferred: pytest loads the plugin before conftest configures JAX
-    from harness import trials
-    from harness.cluster import ray_clusters
+    from harness.backends import ray_clusters
+    from harness.runs import trials
 
     live = live_slice(config)
     if live is None:
@@ -132,7 +132,7 @@ def _emulated_cpu(config, log, budget):
 @register("emulated-gpu", "the same on this machine's GPUs, shared where there are too few", options.emulated_trials)
 def _emulated_gpu(config, log, budget):
     if not layout.visible_gpus():
-        # With fewer GPUs than a slice has, the emulated VMs share them (harness.cluster.layout).
+        # With fewer GPUs than a slice has, the emulated VMs share them (harness.backends.layout).
         pytest.skip("no GPU: nvidia-smi lists none (or CUDA_VISIBLE_DEVICES hides them all)")
     yield from _emulated(config, log, budget, "gpu")
 
@@ -140,8 +140,9 @@ def _emulated_gpu(config, log, budget):
 def _emulated(config, log, budget, platform: str):
     """log: the session's ClaimsLog, which keeps the calibration trials' records."""
     # deferred: pytest loads the plugin before conftest configures JAX
-    from harness import calibration, trials
-    from harness.cluster import ray_clusters
+    from harness.backends import ray_clusters
+    from harness.experiments import calibration
+    from harness.runs import trials
 
     chosen = options.claim_slices(config)
     speeds = platform == "cpu" and options.gpu_speeds(config)
@@ -165,7 +166,7 @@ def _emulated(config, log, budget, platform: str):
 
 def local_trials(config) -> list:
     """Every technique on all VMs of the first claims slice and on its first VM alone."""
-    from harness import trials  # deferred: pytest loads the plugin before conftest configures JAX
+    from harness.runs import trials  # deferred: pytest loads the plugin before conftest configures JAX
 
     sl = options.claim_slices(config)[0]
     return [trials.Trial.on(sl, t, vms) for vms in (trials.ALL_VMS, sl.vms[0].name) for t in Technique]
@@ -175,8 +176,8 @@ def local_trials(config) -> list:
                    "delay (the trial path as any user runs it)", local_trials)
 def _local(config, log, budget):
     # deferred: pytest loads the plugin before conftest configures JAX
-    from harness import trials
-    from harness.cluster import local
+    from harness.backends import local
+    from harness.runs import trials
 
     sl = options.claim_slices(config)[0]
     with local.local(sl) as cluster:

@@ -5,7 +5,9 @@ import contextlib
 
 import pytest
 
-from harness import claims, gpu_compiler, limits, memory, trials
+from harness.analysis import gpu_compiler, memory
+from harness.paper import claims, limits
+from harness.runs import trials
 from harness.suite import options
 from harness.suite.session import ClaimsLog
 
@@ -36,7 +38,7 @@ def ensure_trials(runner: trials.Runner, log: ClaimsLog, wanted: list[trials.Tri
 
 def check_claim(verdict: claims.Verdict, log: ClaimsLog, declared=(), run: limits.Run | None = None) -> None:
     """Judges the part's contradictions against the backend's declared limits (`declared`,
-    harness.limits: each excuses only what this run's own measurement explains, within its
+    harness.paper.limits: each excuses only what this run's own measurement explains, within its
     bound), records the verdict, and ends the test: it fails when a trial the part needs crashed
     or a contradiction is not excused; skips when the part compares nothing or a comparison (a
     declared one too) was not made; is an expected failure, with each limit's reason built from

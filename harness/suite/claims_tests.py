@@ -7,7 +7,7 @@ backend (harness.suite.backends):
 """
 import pytest
 
-from harness import claims
+from harness.paper import claims
 from harness.suite import checks
 
 __all__ = ["test_trial", "test_claim"]

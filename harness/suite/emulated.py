@@ -10,7 +10,7 @@ sits in the paper's regime: see docs/claims.md, "The scale model on CPU". Its gr
 microbatch's activations (0.5 MB) give a ratio of 34; at the paper's RTTs every cross-VM collective
 costs more than a step's compute on one core, as gpt2m's 1.4 GB all-reduce does on the paper's GPUs.
 
-What this backend cannot show is declared in deviations.py as limits (harness.limits): a
+What this backend cannot show is declared in deviations.py as limits (harness.paper.limits): a
 contradiction they cover is an expected failure only within the limit's bound and where this run
 shows its mechanism, with the reason built from this run; otherwise it fails.
 """
@@ -19,10 +19,13 @@ import math
 import numpy as np
 import pytest
 
-from harness import calibration, claims, costmodel_check, limits, measured_selection, records, similarity
-from harness.config import model_config
-from harness.emulation import compute
-from harness.suite import checks, claims_tests, deviations, options
+from harness.analysis import costmodel_check, similarity
+from harness.backends.emulation import compute
+from harness.core.config import model_config
+from harness.experiments import calibration, measured_selection
+from harness.paper import claims, deviations, limits
+from harness.runs import records
+from harness.suite import checks, claims_tests, options
 
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
            "test_the_link_dropped_no_packet_of_any_trial", "test_zero2_put_alpas_bytes_on_the_link",
@@ -57,7 +60,7 @@ def test_every_trial_follows_the_single_device_reference(backend, claims_log):
     sweep = (runner.budget.warmup_steps + runner.budget.repeats) * len(backend.slices)
     for (vms, technique), losses in runner.history.items():
         where = f"{technique} on {'+'.join(vms)}"
-        # the sweep's steps, and whole calibration trials' before them where some ran (harness.calibration)
+        # the sweep's steps, and whole calibration trials' before them where some ran (harness.experiments.calibration)
         per_trial = runner.budget.warmup_steps + runner.budget.repeats
         assert sweep <= len(losses) <= runner.schedule_steps and (len(losses) - sweep) % per_trial == 0, where
         reference = runner.reference_losses(len(vms))[:len(losses)]
@@ -194,7 +197,7 @@ def test_memory_claim(claim, memory_table, claims_log, pytestconfig):
 
 def test_every_vm_computed_at_the_speed_asked(backend, claims_log, pytestconfig):
     """With --gpu-speeds each emulated VM computes at its GPU's share of the run's fastest GPU (a
-    CPU quota, harness.emulation.compute), and every trial records its VMs' shares as the run's
+    CPU quota, harness.backends.emulation.compute), and every trial records its VMs' shares as the run's
     slices give them; without, at full speed, and no trial records shares. That the quotas held is
     the cost model's to show: it predicts each VM at its share
     (test_cost_model_ranks_the_trials_as_measured)."""
@@ -208,7 +211,7 @@ def test_every_vm_computed_at_the_speed_asked(backend, claims_log, pytestconfig)
 
 
 def test_cost_model_ranks_the_trials_as_measured(backend, claims_log):
-    """harness.costmodel, calibrated on the run's calibration trials (or, on literal links, four of
+    """harness.analysis.costmodel, calibrated on the run's calibration trials (or, on literal links, four of
     these trials), predicts the others: its median error beyond the noise of the measurements
     compared is at most costmodel_check.MEDIAN_ERROR, the ranking of every all-VM trial agrees
     (Spearman at least costmodel_check.RANK_AGREEMENT), and on every two-site slice the technique

@@ -2,9 +2,9 @@
 trials and the paper-scale models of the memory claims."""
 import os
 
-from harness import slices
+from harness.core.config import PRECISIONS, Budget, Setup, Technique, model_config
 from harness.errors import BadInput
-from harness.config import PRECISIONS, Budget, Setup, Technique, model_config
+from harness.platform import slices
 
 # The memory claims' setup: the paper states no batch, microbatches or precision (see Setup's defaults).
 MEMORY_ASSUMPTIONS = Setup()
@@ -35,13 +35,13 @@ def add_options(parser) -> None:
                      "(`python -m harness reproduce --literal`; default: %(default)s)")
     g.addoption("--gpu-speeds", action="store_true",
                 help="on CPU, each emulated VM computes at its GPU's speed against the run's fastest (a CPU quota per "
-                     "VM, harness/emulation/compute.py: a T4 VM at half an RTX VM's); default: every VM at its "
+                     "VM, harness/backends/emulation/compute.py: a T4 VM at half an RTX VM's); default: every VM at its "
                      "cores' full speed (see docs/claims.md, 'The scale model on CPU', for what the quota also slows)")
     g.addoption("--memory-models", default="gpt2m,gpt2L", metavar="LIST",
                 help="paper-scale models for the memory claims (default: %(default)s)")
     g.addoption("--memory-compiler", default="auto", choices=("auto", "cpu", "gpu"),
                 help="the compiler whose memory analysis judges C4: cpu, XLA's CPU compiler; gpu, XLA's GPU compiler "
-                     "for each slice's own GPUs, no GPU needed (python -m harness.gpu_compiler install); auto: gpu "
+                     "for each slice's own GPUs, no GPU needed (python -m harness.analysis.gpu_compiler install); auto: gpu "
                      "on a machine with a GPU, cpu elsewhere (default: %(default)s)")
     g.addoption("--report-dir", default=os.environ.get(REPORT_ENV), metavar="DIR",
                 help=f"write results.jsonl, claims.md and figures here when the session ends (or set {REPORT_ENV})")
@@ -92,7 +92,7 @@ def emulated_trials(config) -> list:
     """Every technique on all VMs of each slice and on the first VM alone (the paper's single-VM
     runs: C3, C5); Data and Shard on each other VM alone (Algorithm 1, C7). Emulated VMs are
     identical shares of one machine; a live slice runs every technique on every VM instead."""
-    from harness import trials  # deferred: pytest loads the plugin before conftest configures JAX
+    from harness.runs import trials  # deferred: pytest loads the plugin before conftest configures JAX
 
     out = []
     for sl in claim_slices(config):

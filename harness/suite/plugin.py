@@ -32,7 +32,7 @@ def pytest_configure(config):
             raise pytest.UsageError(f"{option}: {e}") from None
     if config.getoption("--claims-slices") not in ("quick", "all"):
         # deferred: pytest loads the plugin before conftest configures JAX
-        from harness import memory
+        from harness.analysis import memory
 
         # The memory claims compile for every GPU of the largest slice; Table I's 4 are the conftest's.
         memory.provide_cpu_devices(read["--claims-slices"])
@@ -53,7 +53,7 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
     """Each trial's parameter in the benchmark JSON as its fields, where pytest-benchmark would
     write `UNSERIALIZABLE[Trial(...)]`: regression tracking reads these reports by machine."""
     # deferred: pytest loads the plugin before conftest configures JAX
-    from harness.trials import Trial
+    from harness.runs.trials import Trial
 
     for bench in output_json.get("benchmarks", []):
         params = bench.get("params") or {}

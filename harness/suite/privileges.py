@@ -1,12 +1,12 @@
 """Emulated slices need root, TUN and network namespaces, and on CPU a slice of mixed GPUs needs
-a cgroup cpu controller (harness.emulation.compute). Without them a test skips with the reason,
+a cgroup cpu controller (harness.backends.emulation.compute). Without them a test skips with the reason,
 except in CI (CI set, as CI runs): CI runs as root, so their absence there is a failure, never a
 suite that passes without its claims."""
 import os
 
 import pytest
 
-from harness.emulation import compute, netns
+from harness.backends.emulation import compute, netns
 
 
 def require_emulation(mixed_gpus: bool = False) -> None:

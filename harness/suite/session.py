@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import slices
+from harness.platform import slices
 from harness.suite import options
 
 
@@ -19,8 +19,8 @@ class ClaimsLog:
         self.trials: dict = {}  # Trial -> record
         self.memory: list[dict] = []
         self.verdicts: dict[str, dict] = {}
-        self.calibration: list[dict] = []  # the calibration trials' records (harness.calibration)
-        self.scaling = None  # harness.calibration.Scaling of the run's links
+        self.calibration: list[dict] = []  # the calibration trials' records (harness.experiments.calibration)
+        self.scaling = None  # harness.experiments.calibration.Scaling of the run's links
         self.budget = None  # the trials' Budget as the backend ran them
         # The links document (similarity.json): what the run's links were made of, the groups per
         # slice, and (after the similarity test) the groups beyond the tolerance, judged.
@@ -33,7 +33,7 @@ class ClaimsLog:
     def evidence(self, backend, recs: list[dict]):
         """What a declared limit's mechanism may read: this run's trials, memory analyses and links."""
         # deferred: pytest loads the plugin before conftest configures JAX
-        from harness import limits
+        from harness.paper import limits
 
         if self.links is None:
             self.links = backend.links(recs)
@@ -42,7 +42,7 @@ class ClaimsLog:
 
     def add(self, trial, record: dict) -> None:
         # deferred: pytest loads the plugin before conftest configures JAX
-        from harness import records
+        from harness.runs import records
 
         self.trials[trial] = record
         if self.directory:
@@ -50,7 +50,7 @@ class ClaimsLog:
 
     def add_calibration(self, record: dict) -> None:
         # deferred: pytest loads the plugin before conftest configures JAX
-        from harness import records
+        from harness.runs import records
 
         self.calibration.append(record)
         if self.directory:
@@ -58,7 +58,7 @@ class ClaimsLog:
 
     def write(self, directory: Path) -> None:
         # deferred: pytest loads the plugin before conftest configures JAX
-        from harness import report
+        from harness.experiments import report
 
         chosen = options.claim_slices(self.config)
         context = {"slices": ", ".join(sl.name for sl in chosen),
@@ -72,7 +72,7 @@ class ClaimsLog:
                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         if self.links is not None:
             # deferred: pytest loads the plugin before conftest configures JAX
-            from harness import similarity
+            from harness.analysis import similarity
 
             directory.mkdir(parents=True, exist_ok=True)
             doc = {"tolerance": similarity.TOLERANCE, **self.links}

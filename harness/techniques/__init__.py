@@ -8,11 +8,12 @@ says what one step costs, its wire included. The model code knows nothing of any
 from harness.errors import BadInput
 from harness.techniques.common import ClusterShape, Plan
 from harness.techniques.contract import REGISTRY, register
+
 # Each registers itself on import: in the paper's order, the order the registry lists them in.
 from harness.techniques.data_parallel import DataParallel
-from harness.techniques.zero2 import Zero2Parallel
-from harness.techniques.shard_parallel import ShardParallel
 from harness.techniques.pipeshard import PipeshardParallel
+from harness.techniques.shard_parallel import ShardParallel
+from harness.techniques.zero2 import Zero2Parallel
 
 # Every registered technique by name: the paper's four (config.Technique) and any added beside them.
 TECHNIQUES = REGISTRY

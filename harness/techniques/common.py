@@ -41,7 +41,7 @@ def make_mesh(shape: ClusterShape, devices=None) -> Mesh:
     if len(devices) < shape.n_devices:
         raise BadInput(f"cluster {shape} needs {shape.n_devices} devices, JAX sees {len(devices)}")
     # Processes are numbered VM by VM, each VM with as many (one, or one per shared GPU:
-    # harness.cluster.layout), so sorting by process first makes each mesh row one VM.
+    # harness.backends.layout), so sorting by process first makes each mesh row one VM.
     devices = sorted(devices, key=lambda d: (d.process_index, d.id))[: shape.n_devices]
     grid = np.array(devices, dtype=object).reshape(shape.hosts, shape.devices_per_host)
     per_vm = max(1, jax.process_count() // shape.hosts)

@@ -17,9 +17,9 @@ technique added here is trialled, predicted and reported, and changes no verdict
 """
 from dataclasses import dataclass, field
 
-from harness import flops
-from harness.config import GPTConfig, Setup
-from harness.netmodel import Network
+from harness.analysis.netmodel import Network
+from harness.core import flops
+from harness.core.config import GPTConfig, Setup
 from harness.techniques import buckets
 
 # Kinds of what a step puts on the wire. Ring collectives, as NCCL runs them:

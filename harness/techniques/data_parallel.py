@@ -11,12 +11,20 @@ import jax
 import optax
 from jax.sharding import PartitionSpec as P
 
-from harness import model, optim
-from harness.config import GPTConfig, Technique, TrainConfig
+from harness.core import model, optim
+from harness.core.config import GPTConfig, Technique, TrainConfig
 from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
 from harness.techniques.contract import (
-    ALL_REDUCE, SCALAR, Collective, Cost, ParallelMethod, Step, activations, gradient_buckets, register,
+    ALL_REDUCE,
+    SCALAR,
+    Collective,
+    Cost,
+    ParallelMethod,
+    Step,
+    activations,
+    gradient_buckets,
+    register,
 )
 
 

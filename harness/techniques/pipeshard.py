@@ -25,12 +25,21 @@ import optax
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from harness import flops, model, optim
-from harness.config import GPTConfig, Technique, TrainConfig
+from harness.core import flops, model, optim
+from harness.core.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.techniques.common import ALL, DEVICES, HOSTS, ClusterShape, Plan, check_divisible, make_mesh, microbatches
 from harness.techniques.contract import (
-    ALL_REDUCE, RING_PASS, SCALAR, SEND, Collective, Cost, ParallelMethod, Step, activations, register,
+    ALL_REDUCE,
+    RING_PASS,
+    SCALAR,
+    SEND,
+    Collective,
+    Cost,
+    ParallelMethod,
+    Step,
+    activations,
+    register,
 )
 from harness.techniques.pipeshard_stages import in_flight, stage_programs, stage_sizes
 

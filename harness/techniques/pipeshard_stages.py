@@ -29,8 +29,8 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness import flops, model, optim
-from harness.config import GPTConfig, TrainConfig
+from harness.core import flops, model, optim
+from harness.core.config import GPTConfig, TrainConfig
 from harness.errors import BadInput
 from harness.techniques.common import DEVICES, ClusterShape, check_divisible, make_mesh
 

@@ -20,10 +20,10 @@ import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from harness import flops, model, optim
-from harness.config import GPTConfig, Technique, TrainConfig
+from harness.analysis.netmodel import Links
+from harness.core import flops, model, optim
+from harness.core.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
-from harness.netmodel import Links
 from harness.techniques.common import ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
 from harness.techniques.contract import ALL_REDUCE, Collective, Cost, ParallelMethod, Step, activations, register
 

@@ -23,12 +23,23 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec as P
 
-from harness import model, optim
-from harness.config import GPTConfig, Technique, TrainConfig
+from harness.core import model, optim
+from harness.core.config import GPTConfig, Technique, TrainConfig
 from harness.techniques import buckets
 from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh
-from harness.techniques.contract import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SCALAR, Collective, Cost,
-                                         ParallelMethod, Step, activations, gradient_buckets, register)
+from harness.techniques.contract import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    REDUCE_SCATTER,
+    SCALAR,
+    Collective,
+    Cost,
+    ParallelMethod,
+    Step,
+    activations,
+    gradient_buckets,
+    register,
+)
 
 
 def chunked(x, n: int):

@@ -1,0 +1,197 @@
+"""Similarity scaling: the emulated link that puts the CPU scale model in the paper's regime, as a
+wind tunnel matches a full-size aircraft's Reynolds number instead of its size.
+
+What decides the paper's orderings is how a step's time splits, technique by technique, not its
+absolute length. From the cost model, per technique (all VMs of a slice):
+- latency group: the communication time that grows with the RTT (ring steps, slow start, a
+  window's worth of bytes per round trip) over the compute time;
+- bandwidth group: the communication time left at zero RTT (bytes over the link's rate, fixed
+  costs) over the compute time;
+- bubble group: Pipeshard's pipeline bubble over the compute time.
+At paper scale (gpt2m on the slice's GPUs, the paper's stack) these are the targets. On the CPU the
+same groups follow from the scale model's budget, a device's measured FLOP/s (a calibration
+trial) and the emulated link's TCP; `scale` picks the RTT and the link rate whose groups are
+nearest the targets, in the least-squares sense on their logarithms over the four techniques, and
+reports both side by side so that the match can be checked. Two knobs cannot match eight groups
+whose ratios differ between the models: worst_ratio says how far the nearest match still is.
+"""
+import math
+from dataclasses import dataclass, field, replace
+
+import scipy.optimize
+
+from harness.analysis import costmodel
+from harness.analysis.netmodel import Network
+from harness.core import flops
+from harness.core.config import GPTConfig, Setup, Technique
+from harness.platform.slices import Slice
+
+STILL_RTT_MS = 1e-6  # a link with no delay to speak of, still crossed between the VMs
+
+
+MATCHED = ("latency", "bandwidth")  # the groups the link is set to match; the bubble follows the budget
+# How far a group may be from the paper's and still count as matched: a factor of 2 either way,
+# stated before any run. Beyond it a technique's communication could weigh half or twice what it
+# did in the paper against its compute, enough to reorder techniques whose times the paper shows
+# within 2x of each other.
+TOLERANCE = 2.0
+# A group under this on both sides (a twentieth of the compute) counts as matched whatever the
+# factor: it is within the noise of a step, too small to reorder anything.
+NEGLIGIBLE = 0.05
+
+
+def groups(technique: str, sl: Slice, cfg: GPTConfig, setup: Setup, net: Network | None = None,
+           devices: costmodel.Devices | None = None) -> dict[str, float]:
+    """The three groups of one technique on all VMs of `sl`, from the cost model."""
+    vms = tuple(vm.name for vm in sl.vms)
+
+    def comm(p: costmodel.Prediction) -> float:
+        return p.terms["collectives"] + p.terms["pipeline_transfers"]
+
+    here = costmodel.predict(technique, sl, vms, cfg, setup, net, devices)
+    # Not zero: the cost model takes an RTT of 0 for VMs on one host (PCIe, no link).
+    still = costmodel.predict(technique, sl.with_rtt(STILL_RTT_MS), vms, cfg, setup, net, devices)
+    compute = here.terms["compute"]
+    return {"latency": (comm(here) - comm(still)) / compute, "bandwidth": comm(still) / compute,
+            "bubble": here.terms["pipeline_bubble"] / compute}
+
+
+def geometry(cfg: GPTConfig, setup: Setup, gpus: int, stages: int = 2) -> dict[str, float]:
+    """The proportions that set how a step splits whatever the hardware, for `cfg` at `setup` on
+    `gpus` GPUs: what crosses a link per step against per microbatch (a step's gradients over one
+    microbatch's activations at a stage boundary, both in values), how many times Shard's program
+    crosses it per step (once per layer and microbatch), Pipeshard's bubble (its share of the
+    ticks of a step on `stages` stages) and the embedding's share of the parameters (which Pipeshard's tied-embedding
+    exchange carries). A geometrically similar scale model has gpt2m's."""
+    params = flops.param_count(cfg)
+    seq = setup.seq_len or cfg.n_positions
+    micro = setup.batch_per_gpu * gpus / setup.micro_batches
+    return {"gradients_per_activation": params / (micro * seq * cfg.n_embd),
+            "crossings_per_step": cfg.n_layer * setup.micro_batches,
+            "bubble": (stages - 1) / (setup.micro_batches + stages - 1),
+            "embedding_share": cfg.vocab_size * cfg.n_embd / params}
+
+
+def factor(got: float, want: float) -> float:
+    """How many times off `got` is from `want`, either way (>= 1); infinite where one of them is
+    zero and the other not."""
+    if got <= 0 or want <= 0:
+        return 1.0 if got == want else math.inf
+    return max(got / want, want / got)
+
+
+@dataclass
+class Scaled:
+    slice: str
+    paper_rtt_ms: float
+    rtt_ms: float  # the emulated link's RTT that matches the groups
+    link_bytes_per_s: float  # and its rate
+    target: dict = field(default_factory=dict)  # technique -> groups at paper scale
+    model: dict = field(default_factory=dict)  # technique -> groups of the scale model on that link
+    literal: dict = field(default_factory=dict)  # technique -> groups of the scale model on the paper's own link
+
+    def ratio(self, technique: str, group: str, model: dict | None = None) -> float:
+        """The factor (>= 1) between the scale model's group and the paper's; infinite where one
+        of them has the group and the other none of it."""
+        return factor((model or self.model)[technique][group], self.target[technique][group])
+
+    def worst_ratio(self, group: str) -> float:
+        """The largest factor between a technique's group here and at paper scale; infinite where
+        the paper has the group and the scale model has none of it, or where nothing compares."""
+        ratios = [self.ratio(t, group) for t in self.target if self.target[t][group] > 0]
+        return max(ratios, default=math.inf)
+
+    def misses(self, tolerance: float) -> list[dict]:
+        """Every group more than `tolerance` times off the paper's, unless negligible on both sides."""
+        return [{"slice": self.slice, "technique": t, "group": g, "paper": self.target[t][g],
+                 "this_run": self.model[t][g], "ratio": self.ratio(t, g)}
+                for t in self.target for g in MATCHED if self.ratio(t, g) > tolerance
+                and max(self.target[t][g], self.model[t][g]) >= NEGLIGIBLE]
+
+    def to_dict(self) -> dict:
+        return {"slice": self.slice, "paper_rtt_ms": self.paper_rtt_ms, "rtt_ms": self.rtt_ms,
+                "link_bytes_per_s": self.link_bytes_per_s, "target": self.target, "model": self.model,
+                "literal": self.literal, "worst_ratio": {g: self.worst_ratio(g) for g in MATCHED}}
+
+
+def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, setup: Setup, net: Network,
+          devices: costmodel.Devices, techniques=tuple(Technique), rtt_ms=(0.05, 5000.0),
+          rate=(1e6, 1.5e9)) -> Scaled:
+    """The RTT and link rate at which `cfg` with `setup` on `devices` and `net` (the CPU scale
+    model on the emulated link) has the latency and bandwidth groups of `paper_cfg` on `sl` at the
+    slice's own RTT and rate: least squares on the groups' logarithms, over the techniques, within
+    the bounds the emulated link can carry."""
+    target = {t: groups(t, sl, paper_cfg, paper_setup) for t in techniques}
+
+    def model_at(x) -> tuple[Slice, Network]:
+        return sl.with_rtt(math.exp(x[0])), replace(net, link_bytes_per_s=math.exp(x[1]))
+
+    def error(x) -> float:
+        at, link = model_at(x)
+        total = 0.0
+        for t in techniques:
+            got = groups(t, at, cfg, setup, link, devices)
+            for g in ("latency", "bandwidth"):
+                if target[t][g] > 0:
+                    total += (math.log(max(got[g], 1e-12)) - math.log(target[t][g])) ** 2
+        return total
+
+    bounds = [tuple(math.log(b) for b in rtt_ms), tuple(math.log(b) for b in rate)]
+    if sl.rtt_ms <= 0:  # one site, no delay to scale: the rate alone
+        bounds[0] = (math.log(rtt_ms[0]),) * 2
+    start = [min(max(math.log(max(sl.rtt_ms, rtt_ms[0])), bounds[0][0]), bounds[0][1]),
+             min(max(math.log(net.link_bytes_per_s), bounds[1][0]), bounds[1][1])]
+    best = scipy.optimize.minimize(error, start, method="Powell", bounds=bounds, options={"xtol": 1e-3})
+    at, link = model_at(best.x)
+    return Scaled(sl.name, sl.rtt_ms, at.rtt_ms, link.link_bytes_per_s, target,
+                  {t: groups(t, at, cfg, setup, link, devices) for t in techniques},
+                  {t: groups(t, sl, cfg, setup, net, devices) for t in techniques})
+
+
+def from_dict(d: dict) -> Scaled:
+    """A slice's entry of the links document (Scaled.to_dict) as a Scaled."""
+    return Scaled(d["slice"], d["paper_rtt_ms"], d["rtt_ms"], d["link_bytes_per_s"], d["target"], d["model"],
+                  d["literal"])
+
+
+def misses(doc: dict, tolerance: float = TOLERANCE) -> list[dict]:
+    """Every group of the links document beyond the tolerance (Scaled.misses), slice by slice."""
+    return [m for s in doc["slices"] for m in from_dict(s).misses(tolerance)]
+
+
+def markdown(doc: dict) -> str:
+    """The groups side by side: the paper's (gpt2m on the slice), the scale model's on the paper's
+    own link, and on the link this run chose or would choose (similarity.json's document)."""
+    c = doc["calibration"]
+    lines = ["# Similarity: the groups that decide the orderings, paper scale vs this run", "",
+             f"- links this run's trials ran on: {doc['mode']}",
+             f"- the scale model's figures, from the trials {', '.join(c['from_trials'])}: "
+             f"{c['device_flops'] / 1e9:.3g} GFLOP/s per device, {c['per_collective_s'] * 1e3:.3g} ms per collective, "
+             f"TCP window {c['window_bytes'] / 1e3:.0f} kB, link {c['link_bytes_per_s'] / 1e6:.0f} MB/s, "
+             f"collectives {'per tensor' if c['per_tensor'] else 'combined'}"
+             + (f", TCP buffers of {c['tcp_buffer_bytes'] / 1e3:.0f} kB in each VM" if c.get("tcp_buffer_bytes") else "")
+             + "".join(f"; on {k}'s scaled link the window is {v / 1e3:.0f} kB" for k, v in c.get("window_bytes_on", {}).items()),
+             f"- tolerance: a factor of {doc['tolerance']:g} either way, for groups of {NEGLIGIBLE:g} or more; "
+             f"{len(doc['misses'])} groups beyond it", "",
+             "Groups are seconds of communication per second of compute in one step: latency (what grows "
+             "with the RTT), bandwidth (what is left at no delay), bubble (Pipeshard's idle ticks).", ""]
+    for s in doc["slices"]:
+        lines += [f"## {s['slice']}: paper {s['paper_rtt_ms']:g} ms; scaled {s['rtt_ms']:.3g} ms at "
+                  f"{s['link_bytes_per_s'] / 1e6:.3g} MB/s", "",
+                  "| technique | group | paper (gpt2m) | scale model, paper's link | scale model, scaled link | factor off |",
+                  "|---|---|---|---|---|---|"]
+        for t, want in s["target"].items():
+            for g in (*MATCHED, "bubble"):
+                got, lit = s["model"][t][g], s["literal"][t][g]
+                lines.append(f"| {t} | {g} | {want[g]:.3g} | {lit:.3g} | {got:.3g} | {factor(got, want[g]):.2f} |")
+        lines.append("")
+    if doc["misses"]:
+        lines += ["## Groups beyond the tolerance", ""]
+        for m in doc["misses"]:
+            excuse = m.get("excuse")
+            why = ("no declared limit covers it" if excuse is None else
+                   f"{'excused' if excuse['excused'] else 'NOT excused'}: {excuse['reason']}")
+            lines.append(f"- {m['slice']} {m['technique']} {m['group']}: {m['this_run']:.3g} against the paper's "
+                         f"{m['paper']:.3g}, {m['ratio']:.3g}x off; {why}")
+        lines.append("")
+    return "\n".join(lines) + "\n"

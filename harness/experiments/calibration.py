@@ -1,0 +1,181 @@
+"""The links a run's trials go through: the paper's own (literal) or links made similar to them.
+
+Similarity scaling (similarity.py) sets each slice's emulated RTT and rate so that the scale model
+splits its steps as gpt2m did on the paper's GPUs, on VMs whose TCP buffers give its gradients as
+many windows to cross as gpt2m's had (tcp_buffer_bytes: set when the VMs are made, for the whole
+run). That needs what this machine does, not what it is assumed to do, so before the sweep four
+calibration trials run on the first slice's VMs, each
+pinning mostly one figure of the cost model (costmodel_check.calibrate reads them):
+- Data on the first VM alone: a device's FLOP/s;
+- ZeRO2 on all VMs with no delay added: the rate at which a collective moves bytes between VMs
+  (gloo on one core per VM moves them far slower than one TCP flow carries them);
+- Shard on all VMs with no delay added (a hundred small collectives a step): the fixed cost of one;
+- Data on all VMs at CALIBRATION_RTT_MS: the TCP window one flow of the collectives keeps;
+then, on each two-site slice, Data on the link solved so far, until the link settles (at most
+REFINE_ROUNDS times; see there).
+Their compiled steps are the sweep's, so they cost a few steps each. Their records are kept apart
+from the claims' trials (calibration.jsonl in the report) and every trial record carries its
+slice's paper link and the link it ran on (network.scaling).
+"""
+import dataclasses
+from dataclasses import dataclass
+
+from harness.analysis import costmodel, costmodel_check, similarity
+from harness.analysis.netmodel import TCP_ADV_WIN_SCALE, Network
+from harness.core import flops
+from harness.core.config import Setup, Technique, model_config
+from harness.errors import BadInput
+from harness.platform.slices import Slice
+from harness.runs.trials import Runner, Trial
+
+LITERAL, SIMILARITY = "literal", "similarity"
+MODES = (SIMILARITY, LITERAL)
+# The first window is measured near Table I's nearest two-site slice (UTAH-GPN's RTT, resources/slices).
+CALIBRATION_RTT_MS = 20.0
+# What a flow keeps in flight depends on the RTT it runs at (with the kernel's buffers it grows with
+# the RTT; scaled buffers cap it; similarity.json records the window). So a two-site slice's link
+# is found in a closed loop: Data runs on the link solved so far, the window is refit there, and the link
+# is solved again.
+REFINE_ROUNDS = 2
+SETTLED = 0.05  # the loop stops once a round moves the RTT by less than this share
+TWO_SITE_MS = 1.0  # a slice whose VMs are this far apart in the paper is at two sites (claims.two_site)
+# The paper's side of the groups: gpt2m, the model of the paper's timing tables, at the claims' setup.
+PAPER_MODEL = "gpt2m"
+# Bounds of the emulated link: the delay link's rate shaping is exact from 1 MB/s, and an RTT over
+# a second would make Shard's trial (hundreds of round trips a step) take hours.
+RTT_BOUNDS_MS = (0.05, 1000.0)
+LOWEST_RATE = 1e6
+UNSHAPED = 0.9  # a rate this close to what the link carries anyway is left unshaped
+# Four segments of the emulated link's MTU: below it a window holds too few segments for TCP's ACK
+# clock (delayed ACKs would set the pace, not the window).
+MIN_TCP_BUFFER = 2 * 4 * 9000
+
+
+class CalibrationFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Scaling:
+    mode: str
+    scaled: list  # similarity.Scaled per slice (empty when literal)
+    calibration: dict | None = None  # the cost model's figures and the trials they came from
+    network: object = None  # netmodel.Network of those figures
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "calibration": self.calibration, "slices": [s.to_dict() for s in self.scaled]}
+
+
+def tcp_buffer_bytes(cfg, sl: Slice) -> int:
+    """The VMs' TCP buffers at which the scale model `cfg`'s gradients cross a ring edge in as many
+    TCP windows as gpt2m's did on the paper's stack (NCCL's ring over every GPU, the stock
+    window): the group that sets how many round trips a step's gradients take. A window is half
+    the buffer (tcp_adv_win_scale); the buffer is at least MIN_TCP_BUFFER."""
+    def per_edge(model, ranks: int) -> float:
+        return 2 * (ranks - 1) / ranks * 4 * flops.param_count(model)
+
+    windows = per_edge(model_config(PAPER_MODEL), len(sl.vms) * sl.gpus_per_vm) / Network().peer_window_bytes
+    window = per_edge(cfg, len(sl.vms)) / windows  # gloo: one ring rank per VM
+    return max(MIN_TCP_BUFFER, round(2**TCP_ADV_WIN_SCALE * window))
+
+
+def extra_trials(slices: list[Slice]) -> int:
+    """The most calibration trials one technique runs on one set of VMs (Data on all VMs: one,
+    and one per round on each two-site slice): the optimizer schedule spans them."""
+    return 1 + REFINE_ROUNDS * sum(sl.rtt_ms >= TWO_SITE_MS for sl in slices)
+
+
+def calibration_trials(sl: Slice) -> list[tuple[Slice, Trial]]:
+    """(the link it runs on, the trial), in the order they run."""
+    return [(sl.with_rtt(0.0), Trial.on(sl, Technique.DATA, sl.vms[0].name)),
+            (sl.with_rtt(0.0), Trial.on(sl, Technique.ZERO2)),
+            (sl.with_rtt(0.0), Trial.on(sl, Technique.SHARD)),
+            (sl.with_rtt(CALIBRATION_RTT_MS), Trial.on(sl, Technique.DATA))]
+
+
+def scale_setup(runner: Runner) -> Setup:
+    """The scale model's trials as the cost model describes them."""
+    return Setup(batch_per_gpu=runner.budget.batch_per_gpu, micro_batches=runner.budget.micro_batches,
+                 precision=runner.model_cfg.dtype, seq_len=runner.model_cfg.n_positions)
+
+
+def literal_link(sl: Slice) -> dict:
+    return {"mode": LITERAL, "paper_rtt_ms": sl.rtt_ms, "paper_bandwidth_gbps": sl.bandwidth_gbps,
+            "rtt_ms": sl.rtt_ms, "bandwidth_gbps": sl.bandwidth_gbps}
+
+
+def scaled_slice(sl: Slice, s: similarity.Scaled, link_bytes_per_s: float) -> Slice:
+    """The paper's slice on the scaled link: its RTT (every pair's in proportion), and its rate
+    unless the link carries about that anyway."""
+    shaped = s.link_bytes_per_s < UNSHAPED * link_bytes_per_s
+    return dataclasses.replace(sl.scaled_to(s.rtt_ms), bandwidth_gbps=s.link_bytes_per_s * 8 / 1e9 if shaped else None)
+
+
+def apply(runner: Runner, mode: str, keep) -> Scaling:
+    """Put the runner's slices on their links: literal leaves the paper's; similarity runs the
+    calibration trials (their records to keep(record)) and scales every slice's link."""
+    if mode not in MODES:
+        raise BadInput(f"link scaling: expected one of {', '.join(MODES)}, got {mode!r}")
+    if mode == LITERAL:
+        for sl in runner.paper_slices.values():
+            runner.scaling[sl.name] = literal_link(sl)
+        return Scaling(LITERAL, [])
+    base = next(iter(runner.paper_slices.values()))
+    recs = []
+    for link, trial in calibration_trials(base):
+        runner.set_slice(link)
+        recs.append(runner.measure(trial, keep))
+    runner.set_slice(base)
+    failed = [f"{r['technique']} on {'+'.join(r['cluster']['vms_used'])}: {r['status']} ({r['reason']})"
+              for r in recs if r["status"] != "ok"]
+    if failed:
+        raise CalibrationFailed("a calibration trial failed, so no link can be scaled: " + "; ".join(failed))
+    scaling = from_records(runner, recs, SIMILARITY)
+    net, device_flops = scaling.network, scaling.calibration["device_flops"]
+    for i, sl in enumerate(runner.paper_slices.values()):
+        s = scaling.scaled[i]
+        for _ in range(REFINE_ROUNDS if sl.rtt_ms >= TWO_SITE_MS else 0):
+            runner.set_slice(scaled_slice(sl, s, net.link_bytes_per_s))
+            record = runner.measure(Trial.on(sl, Technique.DATA), keep)
+            if record["status"] != "ok":
+                raise CalibrationFailed(f"Data on {sl.name}'s scaled link failed, so it cannot be refined: "
+                                        f"{record['status']} ({record['reason']})")
+            here = costmodel_check.fit_window(net, device_flops, record, runner.paper_slices)
+            before, s = s, scale_one(runner, sl, here, device_flops)
+            scaling.calibration["from_trials"].append(costmodel_check.label(record))
+            scaling.calibration["window_bytes_on"][sl.name] = here.window_bytes
+            if abs(s.rtt_ms / before.rtt_ms - 1) < SETTLED:
+                break
+        scaling.scaled[i] = s
+        at = scaled_slice(sl, s, net.link_bytes_per_s)
+        runner.set_slice(at)
+        runner.scaling[sl.name] = {"mode": SIMILARITY, "paper_rtt_ms": sl.rtt_ms,
+                                   "paper_bandwidth_gbps": sl.bandwidth_gbps, "rtt_ms": at.rtt_ms,
+                                   "bandwidth_gbps": at.bandwidth_gbps,
+                                   "tcp_buffer_bytes": scaling.calibration["tcp_buffer_bytes"]}
+    return scaling
+
+
+def scale_one(runner: Runner, sl: Slice, net, device_flops: float) -> similarity.Scaled:
+    """The link on which the scale model has sl's groups; its VMs compute at device_flops times
+    their GPUs' shares, as the run's VMs do (harness.backends.emulation.compute)."""
+    shares = runner.compute_shares(sl.name)
+    devices = costmodel.Devices(tuple(device_flops * shares.get(vm.name, 1.0) for vm in sl.vms),
+                                (1e15,) * len(sl.vms), sl.gpus_per_vm)
+    return similarity.scale(sl, model_config(PAPER_MODEL), Setup(), runner.model_cfg, scale_setup(runner), net,
+                            devices, rtt_ms=RTT_BOUNDS_MS, rate=(LOWEST_RATE, net.link_bytes_per_s))
+
+
+def from_records(runner: Runner, recs: list[dict], mode: str) -> Scaling:
+    """The links similarity scaling gives the runner's slices, from the cost model calibrated on
+    recs (the calibration trials, or a literal run's own: costmodel_check.calibrate picks the same
+    four), in one pass: with the window measured at one RTT."""
+    net, device_flops, used = costmodel_check.calibrate(recs, runner.paper_slices,
+                                                        per_tensor=not runner.budget.combine)
+    scaled = [scale_one(runner, sl, net, device_flops) for sl in runner.paper_slices.values()]
+    calibration = {"device_flops": device_flops, "per_collective_s": net.per_collective_s,
+                   "tcp_buffer_bytes": getattr(runner.cluster, "tcp_buffer_bytes", None),
+                   "window_bytes": net.window_bytes, "link_bytes_per_s": net.link_bytes_per_s,
+                   "per_tensor": net.per_tensor, "from_trials": used,
+                   "window_bytes_on": {}}  # slice -> the window refit on its scaled link
+    return Scaling(mode, scaled, calibration, net)

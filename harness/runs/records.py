@@ -1,0 +1,183 @@
+"""Trial result records: JSON objects with a schema version, validated whenever written or read.
+
+The schema (record.schema.json, beside this file) is the contract between every producer (the
+single-device trainer, the techniques, the Alpa runner, live slices, the cost model) and every
+consumer (claims, reports, regression comparison). Records are stored one per line (JSONL).
+"""
+import datetime
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+
+from harness import schemas
+from harness.core import flops
+from harness.runs import environment
+
+SCHEMA_VERSION = 1
+WARMUP_STEPS_EXCLUDED = 1  # the first executed step still pays for buffer allocation
+
+
+class InvalidRecord(ValueError):
+    pass
+
+
+def validate(record: dict) -> dict:
+    error = jsonschema.exceptions.best_match(schemas.validator("record").iter_errors(record))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "<record>"
+        raise InvalidRecord(f"trial record field {where}: {error.message}")
+    return record
+
+
+def new_record(**fields) -> dict:
+    """A record with identity and timestamp filled in; the caller supplies the rest."""
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "record_id": uuid.uuid4().hex,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **fields,
+    }
+    return validate(record)
+
+
+# What a device allocator says when a step does not fit: XLA's BFC allocator ("Out of memory while
+# trying to allocate 7.53GiB with allocator GPU_0_bfc"), its older wording, and CUDA's own. Not
+# every RESOURCE_EXHAUSTED is memory: gRPC says it of a message larger than its maximum.
+ALLOCATOR_OOM = re.compile(r"RESOURCE_EXHAUSTED:\s*(?:Out of memory|Failed to allocate)"
+                           r"|ran out of memory trying to allocate|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation",
+                           re.IGNORECASE)
+
+
+def failure(exc: BaseException) -> tuple[str, str]:
+    """(status, reason) of a trial that raised: the device allocator's out of memory is a result
+    (the paper's x), anything else a crash."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if isinstance(exc, KeyboardInterrupt):
+        return "error", "interrupted by the user"
+    if ALLOCATOR_OOM.search(text):
+        return "oom", text
+    return "error", text
+
+
+def not_the_papers_x(record: dict, usable_bytes: int | None) -> str | None:
+    """Why a trial's out of memory is not the paper's x, or None when it is. It must be the device
+    allocator's; and where emulated GPUs share a real one (cluster.gpu_sharing), each ran in a
+    share of it, so running out there is the paper's x only if the step needs more than the
+    modelled GPU's usable bytes (usable_bytes; None: the modelled GPU is unknown). A compile-only
+    analysis (no timing) says out of memory by that comparison itself."""
+    if record["status"] != "oom":
+        return "not out of memory"
+    if "compile only" in (record["memory"]["source"] or ""):
+        return None
+    if not ALLOCATOR_OOM.search(record["reason"] or ""):
+        return f"not the device allocator's out of memory ({record['reason']})"
+    if not record["cluster"].get("gpu_sharing"):
+        return None
+    need = record["memory"]["bytes_per_device"]
+    if usable_bytes is None:
+        return "ran out of its share of a shared GPU, and the GPU it stands for is unknown"
+    if need is None:
+        return "ran out of its share of a shared GPU before its need was known"
+    if need <= usable_bytes:
+        return (f"ran out of its share of a shared GPU, needing {need / 2**30:.1f} GiB where the GPU it stands for "
+                f"has {usable_bytes / 2**30:.1f} GiB usable: a harness error")
+    return None
+
+
+def dumps(record: dict) -> str:
+    return json.dumps(validate(record), separators=(",", ":"), allow_nan=False)
+
+
+def loads(line: str, where: str = "<string>") -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InvalidRecord(f"{where}: not JSON ({e})") from None
+    try:
+        return validate(record)
+    except InvalidRecord as e:
+        raise InvalidRecord(f"{where}: {e}") from None
+
+
+def append(path: str | Path, record: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(dumps(record) + "\n")
+
+
+def read(path: str | Path) -> list[dict]:
+    path = Path(path)
+    lines = path.read_text().splitlines()
+    return [loads(line, f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+
+
+# -- building a record from a run -----------------------------------------------------------------
+SINGLE_DEVICE = {"slice": None, "vms_used": None, "hosts": 1, "devices_per_host": 1,
+                 "network": {"mechanism": None, "rtt_ms": None}}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What ran where: the technique as configured, and the cluster section of the record."""
+    technique: str = "Single"  # the single-device reference trainer
+    micro_batches: int = 1
+    plan: str | None = None  # the technique's own description of its plan
+    cluster: dict = field(default_factory=lambda: SINGLE_DEVICE)
+
+
+def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str = "ok", reason: str | None = None,
+          memory: dict | None = None, peak: float | None = None, full_fp32: bool | None = None) -> dict:
+    """The record of a training run: model_cfg and cfg (config.GPTConfig, TrainConfig), the packed
+    corpus and the train.TrainRun (either may be None: a compile-only analysis, a run that failed
+    before its first step); peak TFLOP/s for MFU defaults to the device's own, for the arithmetic
+    that ran (full_fp32: float32 matmuls without TF32; None: as this process's JAX is set)."""
+    cluster = where.cluster
+    n_devices = cluster["hosts"] * cluster["devices_per_host"]
+    seq_len = data.seq_len if data else cfg.resolved_seq_len(model_cfg)
+    steps = len(run.losses) if run else 0
+    median = run.median_step_s if run else None
+    alpa = flops.alpa_step_flops(model_cfg, cfg.batch_size, seq_len)
+    rule = flops.rule_step_flops(model_cfg, cfg.batch_size, seq_len)
+    per_epoch = data.steps_per_epoch(cfg.batch_size) if data else None
+    peak, arithmetic = (peak, "given") if peak is not None else environment.peak(model_cfg.dtype, full_fp32)
+    return new_record(
+        technique=where.technique,
+        backend="jax",
+        cluster=cluster,
+        model={"name": model_cfg.name, "n_layer": model_cfg.n_layer, "n_head": model_cfg.n_head,
+               "n_embd": model_cfg.n_embd, "vocab_size": model_cfg.vocab_size,
+               "n_positions": model_cfg.n_positions, "tie_embeddings": model_cfg.tie_embeddings,
+               "params": flops.param_count(model_cfg), "attention": model_cfg.attention,
+               "remat": model_cfg.remat},
+        data={"corpus": data.corpus.description if data else None,
+              "tokenizer": data.tokenizer.description if data else None,
+              "tokenizer_vocab": data.tokenizer.vocab_size if data else None,
+              "blocks": len(data.blocks) if data else None,
+              "steps_per_epoch": per_epoch},
+        batch={"global_batch": cfg.batch_size, "seq_len": seq_len, "micro_batches": where.micro_batches},
+        plan=where.plan,
+        precision=model_cfg.dtype,
+        steps=steps,
+        tokens=steps * cfg.batch_size * seq_len,
+        losses=run.losses if run else [],
+        timing={"compile_s": run.compile_s if run else None,
+                "step_times_s": run.step_times_s if run else [],
+                "excluded_warmup_steps": run.excluded_steps if run else WARMUP_STEPS_EXCLUDED,
+                "median_step_s": median,
+                "epoch_time_s": median * per_epoch if median and per_epoch else None},
+        throughput={"tflops_alpa": flops.tflops(alpa, median, n_devices) if median else None,
+                    "mfu": flops.tflops(rule, median, n_devices) / peak if median and peak else None,
+                    "peak_tflops": peak,
+                    "peak_arithmetic": arithmetic,
+                    "flops_per_step_alpa": alpa,
+                    "flops_per_step_rule": rule},
+        memory=memory or {"bytes_per_device": None, "source": None},
+        status=status,
+        reason=reason,
+        environment=environment.describe(),
+    )
