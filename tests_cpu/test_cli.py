@@ -124,15 +124,15 @@ def test_every_subcommand_refuses_bad_numbers_and_paths_in_one_line(args, messag
     assert proc.stderr.strip() == f"harness: error: {message}"
 
 
-@pytest.mark.parametrize("command, purpose", [
-    ("reproduce", "the claims compare runs on all of a slice's VMs with runs on one"),
-    ("select", "Algorithm 1 chooses between all VMs and one of them"),
+@pytest.mark.parametrize("command, option, purpose", [
+    ("reproduce", "--slice: ", "the claims compare runs on all of a slice's VMs with runs on one"),
+    ("select", "", "Algorithm 1 chooses between all VMs and one of them"),
 ])
-def test_a_slice_of_one_vm_is_refused_where_runs_are_compared_across_vms(tmp_path, command, purpose):
+def test_a_slice_of_one_vm_is_refused_where_runs_are_compared_across_vms(tmp_path, command, option, purpose):
     solo = slice_files.write(tmp_path, "SOLO", vms=1, gpus=2)
     proc = harness(command, "--slice", str(solo), "--out", str(tmp_path), "--json", timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip() == f"harness: error: {solo}: slice SOLO has one VM, and {purpose}: give it two or more"
+    assert proc.stderr.strip() == f"harness: error: {option}{solo}: slice SOLO has one VM, and {purpose}: give it two or more"
     assert list(tmp_path.iterdir()) == [solo]  # refused before any run folder
 
 
@@ -142,7 +142,7 @@ def test_slices_of_other_shapes_are_refused_together_before_the_run(tmp_path):
     three = slice_files.write(tmp_path, "THREE", vms=3, gpus=2)
     proc = harness("reproduce", "--slice", "UTAH-GPN", "--slice", str(three), "--out", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and list(tmp_path.iterdir()) == [three]
-    assert proc.stderr.strip() == (f"harness: error: slice THREE ({three}): one emulated run needs slices with "
+    assert proc.stderr.strip() == (f"harness: error: --slice: slice THREE ({three}): one emulated run needs slices with "
                                    "the same VMs and GPUs per VM as UTAH-GPN; run it on its own")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.runs import records
+from harness.runs.run_config import RunConfig
 from harness.suite.privileges import require_emulation
 from tests_cpu.leaks import back_to, interruptible, leftovers, stopped_at_exit
 
@@ -35,6 +36,9 @@ def test_ctrl_c_in_the_middle_records_the_trial_and_leaves_nothing_behind(tmp_pa
     files = [Path(doc["report_dir"]) / name for name in ("results.jsonl", "calibration.jsonl")]
     last = [records.read(f)[-1] for f in files if f.is_file()]
     assert ("error", "interrupted by the user") in [(r["status"], r["reason"]) for r in last], last
+    # What the run was set by is in its report, and is the file pytest read.
+    ran = RunConfig.load(Path(doc["report_dir"]) / "run.toml")
+    assert (ran.slices, ran.model, ran.report_dir) == ("quick", "scale-tiny", doc["report_dir"])
     assert back_to(before) == before
 
 

@@ -9,6 +9,7 @@ and the figures. Then the run is compared with the shipped baseline of its mode 
 there is one.
 """
 import argparse
+import dataclasses
 import datetime
 import importlib.resources
 import json
@@ -20,17 +21,17 @@ import time
 from pathlib import Path
 
 from harness import inputs, resources
-from harness.core.config import model_config
 from harness.experiments import compare, infer, report
 from harness.platform import slices
-from harness.suite.options import CLAIMS_ACROSS_VMS
+from harness.runs.run_config import QUICK_SLICES, RunConfig
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
+# Each mode's settings over RunConfig's defaults.
 MODES = {
-    # --quick: the two slices that span the paper's regimes, 5 timed steps per trial (about 10 minutes here).
-    "quick": {"slices": "quick", "repeats": 5, "memory_models": "gpt2m,gpt2L"},
-    # full: all five Table I slices, 5 timed steps per trial, all three paper models for memory.
-    "full": {"slices": "all", "repeats": 5, "memory_models": "gpt2m,gpt2l,gpt2L"},
+    # --quick: the defaults, the two slices that span the paper's regimes (about 10 minutes here).
+    "quick": {},
+    # full: all five Table I slices, all three paper models for memory.
+    "full": {"slices": "all", "memory_models": ("gpt2m", "gpt2l", "gpt2L")},
 }
 
 
@@ -48,7 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-speeds", action="store_true",
                    help="each emulated VM computes at its GPU's speed against the run's fastest, by a CPU quota "
                         "(default: every VM at its cores' full speed; see docs/claims.md, 'The scale model on CPU')")
-    p.add_argument("--model", default="scale-small", metavar="NAME", help="model the trials train (default: %(default)s)")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="TOML file of the run's settings (harness/runs/run_config.py) over the mode's; the options "
+                        "here override it")
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help=f"model the trials train (default: {RunConfig.model})")
     p.add_argument("--out", default="reports", metavar="DIR",
                    help="parent of the run folder (default: reports/ of the current directory)")
     p.add_argument("--baseline", default=None, metavar="DIR",
@@ -64,13 +69,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> tuple[int, dict]:
     mode = "quick" if args.quick else "full"
-    settings = dict(MODES[mode])
-    if args.slice:
-        settings["slices"] = ",".join(str(Path(s).resolve()) if Path(s).is_file() else s for s in args.slice)
-        # a bad slice file fails here, with the field named
-        slices.one_shape([slices.across_vms(slices.load(s), CLAIMS_ACROSS_VMS) for s in args.slice])
-
-    model_config(args.model)
+    run_config = RunConfig().override({k: f"mode {mode}" for k in MODES[mode]}, **MODES[mode])
+    if args.config:
+        labels, given = _file_settings(args.config)
+        run_config = run_config.override(labels, **given)
+    run_config = run_config.override(
+        {"slices": "--slice", "model": "--model", "link_scaling": "--literal", "gpu_speeds": "--gpu-speeds"},
+        slices=",".join(str(Path(s).resolve()) if Path(s).is_file() else s for s in args.slice) if args.slice else None,
+        model=args.model, link_scaling="literal" if args.literal else None, gpu_speeds=args.gpu_speeds or None)
+    run_config.check()  # a bad slice file, model or inventory fails here, named, before any work
     inputs.positive("--threshold", args.threshold)
     if args.baseline:
         inputs.run_folder("--baseline", args.baseline)
@@ -78,13 +85,13 @@ def run(args) -> tuple[int, dict]:
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{mode}"
     out = inputs.made_folder("--out", args.out) / run_id
     out.mkdir(exist_ok=True)
+    # What the run is set by goes with its report; pytest reads it from there.
+    settings = out / "run.toml"
+    settings.write_text(dataclasses.replace(run_config, report_dir=str(out)).to_toml())
     # --noconftest: the suite runs the same from a checkout as from site-packages, where no
     # checkout's conftest.py is around to configure it.
     argv = [sys.executable, "-m", "pytest", str(suite), "--noconftest", "-p", "no:cacheprovider", "-v", "--no-header",
-            "--claims-slices", settings["slices"], "--trial-repeats", str(settings["repeats"]),
-            "--trial-model", args.model, "--memory-models", settings["memory_models"],
-            "--link-scaling", "literal" if args.literal else "similarity", *(["--gpu-speeds"] if args.gpu_speeds else []),
-            "--report-dir", str(out), "--benchmark-json", str(out / "benchmark.json"),
+            "--run-config", str(settings), "--benchmark-json", str(out / "benchmark.json"),
             "--benchmark-storage", f"file://{(out / '.benchmarks').resolve()}",  # not in the user's directory
             "--benchmark-columns", "median,min,max,rounds"]
     print(f"reproduce ({mode}): {suite} -> {out}", file=sys.stderr, flush=True)
@@ -94,15 +101,16 @@ def run(args) -> tuple[int, dict]:
     result = {"run_id": run_id, "mode": mode, "report_dir": str(out), "pytest_exit_status": status,
               "wall_s": round(wall, 1), "files": sorted(p.name for p in out.iterdir())}
     if args.infer and status != INTERRUPTED:
-        status = max(status, _infer(settings["slices"], out))
+        status = max(status, _infer(run_config.slices, out))
         result["files"] = sorted(p.name for p in out.iterdir())
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
     # The shipped baselines ran the mode's own slices: a run on others has nothing to compare with them.
     # They ran every VM at full speed, too: a run at the GPUs' speeds differs from them by design.
+    modes_own = RunConfig().override({}, **MODES[mode]).slices
     baseline = (Path(args.baseline) if args.baseline
-                else None if args.slice or args.gpu_speeds
-                else resources.path("baselines", mode if args.literal else f"{mode}-similarity"))
+                else None if run_config.slices != modes_own or run_config.gpu_speeds
+                else resources.path("baselines", mode if run_config.link_scaling == "literal" else f"{mode}-similarity"))
     if baseline and (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
         result["comparison"] = compare.compare(baseline, out, args.threshold)
     if not args.json:
@@ -113,10 +121,17 @@ def run(args) -> tuple[int, dict]:
 INTERRUPTED = 130
 
 
+def _file_settings(path: str) -> tuple[dict, dict]:
+    """(labels, settings) of a run configuration file, for RunConfig.override."""
+    loaded = RunConfig.load(path)
+    given = {k: getattr(loaded, k) for k in loaded.origin}
+    return dict(loaded.origin), given
+
+
 def _infer(which: str, out: Path, narrower: tuple[str, ...] = ()) -> int:
     """`memory --infer` on each slice of the run (all Table I slices for 'all'), into the report;
     `narrower`: more of its options (a smaller space)."""
-    names = {"all": slices.TABLE_I_ORDER, "quick": ("TACC-TACC", "UTAH-GPN")}.get(which, which.split(","))
+    names = {"all": slices.TABLE_I_ORDER, "quick": QUICK_SLICES}.get(which, which.split(","))
     argv = [sys.executable, "-m", "harness", "memory", "--infer", "--json", *narrower]
     for name in names:
         argv += ["--slice", name]

@@ -7,21 +7,23 @@ import jax
 
 from harness import inputs
 from harness.core import data, train
-from harness.core.config import MODELS, PRECISIONS, TrainConfig, compute_dtype, model_config
+from harness.core.config import MODELS, PRECISIONS, Budget, TrainConfig, compute_dtype, model_config
 from harness.progress import Progress
 from harness.runs import records
 
 HELP = "train a model on one device (the single-device reference) and print its trial record"
-DEFAULT_MODEL = "scale-small"
+DEFAULT_MODEL = Budget.model  # what the trials train, so that a first `train` shows the same model
+DEFAULT_STEPS = 100
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME",
                    help=f"model config: {', '.join(MODELS)} (default: {DEFAULT_MODEL}, a CPU scale model)")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, default=None, help="training steps (default: 100)")
+    budget.add_argument("--steps", type=int, default=None, help=f"training steps (default: {DEFAULT_STEPS})")
     budget.add_argument("--epochs", type=float, default=None, help="passes over the packed corpus instead of --steps")
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per step (default: 8, Alpa's example per GPU)")
+    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size,
+                   help="sequences per step (default: %(default)s, Alpa's example per GPU)")
     p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the model's positions)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation, data order and dropout (default: 0)")
     p.add_argument("--lr", type=float, default=TrainConfig.learning_rate, help="peak learning rate (default: %(default)s)")
@@ -55,7 +57,7 @@ def run(args) -> tuple[int, dict]:
     cfg = TrainConfig(batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
                       learning_rate=args.lr, steps=args.steps, epochs=args.epochs)
     if cfg.steps is None and cfg.epochs is None:
-        cfg = dataclasses.replace(cfg, steps=100)
+        cfg = dataclasses.replace(cfg, steps=DEFAULT_STEPS)
     if args.peak_tflops is not None:
         inputs.positive("--peak-tflops", args.peak_tflops)
     if args.out:

@@ -21,7 +21,6 @@ import pytest
 from harness.backends import layout
 from harness.backends.emulation import compute
 from harness.core.config import Technique, model_config
-from harness.platform import inventory, slices
 from harness.suite import options
 from harness.suite.privileges import require_emulation
 
@@ -96,11 +95,7 @@ def registered_of(node) -> Registered | None:
 
 def live_slice(config):
     """(slice, Ray address, platform) from --slice-inventory, or None when none is given."""
-    path = config.getoption("--slice-inventory")
-    if not path:
-        return None
-    sl, address, platform = inventory.load(path)
-    return slices.across_vms(sl, options.CLAIMS_ACROSS_VMS), address, platform
+    return options.run_config(config).live
 
 
 def _live_trials(config) -> list:

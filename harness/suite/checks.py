@@ -66,7 +66,7 @@ def check_claim(verdict: claims.Verdict, log: ClaimsLog, declared=(), run: limit
 
 def memory_records(config) -> list[dict]:
     out = []
-    compiler = gpu_compiler.choose(config.getoption("--memory-compiler"))
+    compiler = gpu_compiler.choose(options.run_config(config).memory_compiler)
     with compiler or contextlib.nullcontext():
         for m in options.memory_models(config):
             for sl in options.claim_slices(config):  # all VMs, and each VM alone (the paper ran both; C4 compares both)

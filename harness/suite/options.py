@@ -1,91 +1,95 @@
-"""What the claims options select, read from a pytest config: the slices, the trial budget, the
-trials and the paper-scale models of the memory claims."""
+"""The claims' pytest options and what they select. Each option overrides one setting of the run's
+configuration (harness.runs.run_config.RunConfig: its defaults, then --run-config FILE, then these
+options); the configuration is made once per session and kept, with its slices read once."""
 import os
 
-from harness.core.config import PRECISIONS, Budget, Setup, Technique, model_config
-from harness.errors import BadInput
-from harness.platform import slices
+import pytest
+
+from harness.core.config import PRECISIONS, Setup, Technique
+from harness.runs.run_config import LINK_SCALINGS, MEMORY_COMPILERS, QUICK_SLICES, RunConfig
 
 # The memory claims' setup: the paper states no batch, microbatches or precision (see Setup's defaults).
 MEMORY_ASSUMPTIONS = Setup()
 
-QUICK_SLICES = ("TACC-TACC", "UTAH-GPN")  # one single-site slice and the nearest two-site one
 REPORT_ENV = "HARNESS_REPORT_DIR"
 INVENTORY_ENV = "HARNESS_SLICE_INVENTORY"
+_RUN = pytest.StashKey[RunConfig]()
+# option -> the setting it overrides
+SETTINGS = {"--claims-slices": "slices", "--trial-model": "model", "--trial-repeats": "repeats",
+            "--trial-precision": "precision", "--link-scaling": "link_scaling", "--gpu-speeds": "gpu_speeds",
+            "--memory-models": "memory_models", "--memory-compiler": "memory_compiler",
+            "--report-dir": "report_dir", "--slice-inventory": "slice_inventory"}
 
 
 def add_options(parser) -> None:
+    d = RunConfig()
     g = parser.getgroup("claims", "the paper's claims")
-    g.addoption("--claims-slices", default="quick", metavar="LIST",
+    g.addoption("--run-config", default=None, metavar="FILE",
+                help="TOML file of the run's settings (harness/runs/run_config.py); the options below override it")
+    g.addoption("--claims-slices", default=None, metavar="LIST",
                 help=f"slices the trials run on: 'quick' ({', '.join(QUICK_SLICES)}), 'all' (Table I), or "
-                     "comma-separated Table I names or slice files (default: quick)")
-    g.addoption("--trial-model", default=Budget.model, metavar="NAME",
-                help="model every trial trains (default: %(default)s, the CPU scale model)")
-    g.addoption("--trial-repeats", type=int, default=Budget.repeats, metavar="N",
-                help="timed steps per trial, at least 5 (default: %(default)s)")
-    g.addoption("--trial-precision", default=Budget.precision, choices=PRECISIONS,
+                     f"comma-separated Table I names or slice files (default: {d.slices})")
+    g.addoption("--trial-model", default=None, metavar="NAME",
+                help=f"model every trial trains (default: {d.model}, the CPU scale model)")
+    g.addoption("--trial-repeats", type=int, default=None, metavar="N",
+                help=f"timed steps per trial, at least 5 (default: {d.repeats})")
+    g.addoption("--trial-precision", default=None, choices=PRECISIONS,
                 help="arithmetic of every trial: float32 (XLA's default: TF32 matmuls on GPUs that have it), "
                      "float32-full (no TF32, as the paper's T4 and RTX 6000 ran), bfloat16 or float16 (16-bit "
-                     "compute, float32 parameters and optimizer state; default: %(default)s)")
-    g.addoption("--link-scaling", default="similarity", choices=("similarity", "literal"),
+                     f"compute, float32 parameters and optimizer state; default: {d.precision})")
+    g.addoption("--link-scaling", default=None, choices=LINK_SCALINGS,
                 help="the links the emulated trials run on: 'similarity', each slice's RTT and rate (and the VMs' "
                      "TCP buffers) scaled so that the scale model has the paper's latency and bandwidth groups, "
                      "with the collectives combined as on GPUs; 'literal', the paper's RTTs with the kernel's "
                      "buffers and the collectives as XLA's CPU runtime runs them, one per tensor "
-                     "(`python -m harness reproduce --literal`; default: %(default)s)")
-    g.addoption("--gpu-speeds", action="store_true",
+                     f"(`python -m harness reproduce --literal`; default: {d.link_scaling})")
+    g.addoption("--gpu-speeds", action="store_true", default=None,
                 help="on CPU, each emulated VM computes at its GPU's speed against the run's fastest (a CPU quota per "
-                     "VM, harness/backends/emulation/compute.py: a T4 VM at half an RTX VM's); default: every VM at its "
-                     "cores' full speed (see docs/claims.md, 'The scale model on CPU', for what the quota also slows)")
-    g.addoption("--memory-models", default="gpt2m,gpt2L", metavar="LIST",
-                help="paper-scale models for the memory claims (default: %(default)s)")
-    g.addoption("--memory-compiler", default="auto", choices=("auto", "cpu", "gpu"),
+                     "VM, harness/backends/emulation/compute.py: a T4 VM at half an RTX VM's); default: every VM at "
+                     "its cores' full speed (see docs/claims.md, 'The scale model on CPU', for what the quota also "
+                     "slows)")
+    g.addoption("--memory-models", default=None, metavar="LIST",
+                help=f"paper-scale models for the memory claims (default: {','.join(d.memory_models)})")
+    g.addoption("--memory-compiler", default=None, choices=MEMORY_COMPILERS,
                 help="the compiler whose memory analysis judges C4: cpu, XLA's CPU compiler; gpu, XLA's GPU compiler "
-                     "for each slice's own GPUs, no GPU needed (python -m harness.analysis.gpu_compiler install); auto: gpu "
-                     "on a machine with a GPU, cpu elsewhere (default: %(default)s)")
+                     "for each slice's own GPUs, no GPU needed (python -m harness.analysis.gpu_compiler install); "
+                     f"auto: gpu on a machine with a GPU, cpu elsewhere (default: {d.memory_compiler})")
     g.addoption("--report-dir", default=os.environ.get(REPORT_ENV), metavar="DIR",
                 help=f"write results.jsonl, claims.md and figures here when the session ends (or set {REPORT_ENV})")
     g.addoption("--slice-inventory", default=os.environ.get(INVENTORY_ENV), metavar="FILE",
                 help=f"TOML inventory of a live slice for the fabric tests (or set {INVENTORY_ENV})")
 
 
-def claim_slices(config) -> list[slices.Slice]:
-    value = config.getoption("--claims-slices")
-    if value == "quick":
-        return [slices.load(n) for n in QUICK_SLICES]
-    if value == "all":
-        return slices.table_i()
-    return slices.one_shape([slices.across_vms(slices.load(n.strip()), CLAIMS_ACROSS_VMS)
-                             for n in value.split(",") if n.strip()])
+def run_config(config) -> RunConfig:
+    """The session's configuration, made on first use and kept (BadInput names a bad value)."""
+    if _RUN not in config.stash:
+        path = config.getoption("--run-config")
+        base = RunConfig.load(path) if path else RunConfig()
+        config.stash[_RUN] = base.override({s: o for o, s in SETTINGS.items()},
+                                           **{s: config.getoption(o) for o, s in SETTINGS.items()})
+    return config.stash[_RUN]
 
 
-CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs on one"
+def claim_slices(config) -> list:
+    return run_config(config).claim_slices
 
 
 def link_scaling(config) -> str:
-    return config.getoption("--link-scaling")
+    return run_config(config).link_scaling
 
 
 def gpu_speeds(config) -> bool:
-    return config.getoption("--gpu-speeds")
+    return run_config(config).gpu_speeds
 
 
-def trial_model(config):
-    return model_config(config.getoption("--trial-model"))
-
-
-def budget(config, **overrides) -> Budget:
+def budget(config, **overrides):
     """What every trial trains (overrides: Budget's fields, for one backend's module); the
     emulated CPU backend combines the collectives where it scales the links (harness.suite.backends)."""
-    try:
-        return Budget(**{"model": config.getoption("--trial-model"), "repeats": config.getoption("--trial-repeats"),
-                         "precision": config.getoption("--trial-precision"), **overrides})
-    except TypeError as e:
-        raise BadInput(f"budget: {e}") from None
+    return run_config(config).budget(**overrides)
 
 
 def memory_models(config) -> list:
-    return [model_config(m.strip()) for m in config.getoption("--memory-models").split(",") if m.strip()]
+    return run_config(config).memory_model_configs
 
 
 def emulated_trials(config) -> list:

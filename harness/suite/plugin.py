@@ -21,21 +21,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}(name): the backend a claims test module runs its trials on: "
                                        + "; ".join(f"{b.name}, {b.about}" for b in REGISTRY.values()))
     # Bad options stop the session in one line, before any test is collected.
-    readers = {"--claims-slices": options.claim_slices, "--memory-models": options.memory_models,
-               "--trial-model": options.trial_model, "--trial-repeats": options.budget,
-               "--slice-inventory": live_slice}
-    read = {}
-    for option, reader in readers.items():
-        try:
-            read[option] = reader(config)
-        except BadInput as e:
-            raise pytest.UsageError(f"{option}: {e}") from None
-    if config.getoption("--claims-slices") not in ("quick", "all"):
+    try:
+        run = options.run_config(config).check()
+    except BadInput as e:
+        raise pytest.UsageError(str(e)) from None
+    if run.slices not in ("quick", "all"):
         # deferred: pytest loads the plugin before conftest configures JAX
         from harness.analysis import memory
 
         # The memory claims compile for every GPU of the largest slice; Table I's 4 are the conftest's.
-        memory.provide_cpu_devices(read["--claims-slices"])
+        memory.provide_cpu_devices(run.claim_slices)
 
 
 def pytest_generate_tests(metafunc):

@@ -27,7 +27,7 @@ class ClaimsLog:
         self.links: dict | None = None
         self.declared = None  # the name of the declared limits the timed claims were judged with
         self.started = time.time()
-        directory = config.getoption("--report-dir")
+        directory = options.run_config(config).report_dir
         self.directory = Path(directory) if directory else None
 
     def evidence(self, backend, recs: list[dict]):
@@ -84,8 +84,7 @@ class ClaimsLog:
 
 @pytest.fixture(scope="session")
 def claims_log(pytestconfig):
-    options.claim_slices(pytestconfig)  # a bad slice name or file fails the session at once, with the field named
-    options.budget(pytestconfig)
+    options.run_config(pytestconfig).check()  # a bad slice name or file fails the session at once, named
     log = ClaimsLog(pytestconfig)
     yield log
     if log.directory and (log.trials or log.verdicts):

@@ -1,0 +1,153 @@
+"""One run's settings: what a claims run trains, on which slices and links, and where it reports.
+
+Every setting has one default, here. A run's configuration is that default, then a TOML file
+(`--run-config FILE` to pytest, `--config FILE` to `reproduce`), then what the command line or the
+environment gives. `python -m harness reproduce` writes the configuration it ran to
+run.toml in the report and hands pytest that file, so the report says what the run was set by.
+
+    slices = "quick"                # 'quick', 'all' (Table I), or Table I names / slice files, comma-separated
+    model = "scale-small"           # the model every trial trains
+    repeats = 5                     # timed steps per trial
+    precision = "float32"           # float32, float32-full, bfloat16, float16
+    link_scaling = "similarity"     # similarity or literal (docs/claims.md, "Similarity scaling")
+    gpu_speeds = false              # on CPU, each emulated VM computes at its GPU's speed
+    memory_models = ["gpt2m", "gpt2L"]
+    memory_compiler = "auto"        # auto, cpu or gpu
+    report_dir = "reports/x"        # optional: results.jsonl, claims.md and figures go here
+    slice_inventory = "slice.toml"  # optional: a live slice (tests_fabric/, the live backend)
+
+The slices, the live slice and the models are read once, when first asked for, and kept.
+"""
+import dataclasses
+import functools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.core.config import PRECISIONS, Budget, model_config
+from harness.errors import BadInput
+from harness.platform import inventory, slices
+from harness.platform.slices import Slice
+
+QUICK_SLICES = ("TACC-TACC", "UTAH-GPN")  # one single-site slice and the nearest two-site one
+LINK_SCALINGS = ("similarity", "literal")
+MEMORY_COMPILERS = ("auto", "cpu", "gpu")
+CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs on one"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    slices: str = "quick"
+    model: str = Budget.model
+    repeats: int = Budget.repeats
+    precision: str = Budget.precision
+    link_scaling: str = "similarity"
+    gpu_speeds: bool = False
+    memory_models: tuple[str, ...] = ("gpt2m", "gpt2L")
+    memory_compiler: str = "auto"
+    report_dir: str | None = None
+    slice_inventory: str | None = None
+    # setting -> where its value came from (a file, an option), which a message about it names
+    origin: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        for name, allowed in (("precision", PRECISIONS), ("link_scaling", LINK_SCALINGS),
+                              ("memory_compiler", MEMORY_COMPILERS)):
+            if getattr(self, name) not in allowed:
+                raise BadInput(f"{self.named(name)}: must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if not isinstance(self.slices, str) or not self.slices.strip():
+            raise BadInput(f"{self.named('slices')}: must be 'quick', 'all' or a comma-separated list, got {self.slices!r}")
+        if isinstance(self.memory_models, str):  # as the command line gives it
+            object.__setattr__(self, "memory_models", tuple(m.strip() for m in self.memory_models.split(",")
+                                                            if m.strip()))
+
+    # -- where the values come from -----------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        """A TOML file's settings over the defaults; an unknown or mistyped key is named."""
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise BadInput(f"run configuration {path}: no such file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise BadInput(f"run configuration {path}: not valid TOML ({e})") from None
+        return cls().override({key: f"run configuration {path}: {key}" for key in doc}, **doc)
+
+    def override(self, labels: dict[str, str], **given) -> "RunConfig":
+        """These settings over this configuration's (a value of None is not given); labels: how a
+        message names each one's source (an option, a file's key)."""
+        known = [f.name for f in dataclasses.fields(self) if f.name != "origin"]
+        for key, value in given.items():
+            if key not in known:
+                raise BadInput(f"{labels.get(key, key)}: no such setting; expected one of {', '.join(known)}")
+            want = {"repeats": int, "gpu_speeds": bool}.get(key)
+            if value is not None and want is not None and type(value) is not want:
+                raise BadInput(f"{labels.get(key, key)}: must be {want.__name__}, got {value!r}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
+        if not values:
+            return self
+        origin = {**self.origin, **{k: labels.get(k, k) for k in values}}
+        return dataclasses.replace(self, origin=origin, **values)
+
+    def named(self, setting: str) -> str:
+        """How a message names a setting: where its value came from, or the setting itself."""
+        return self.origin.get(setting, f"run configuration: {setting}")
+
+    def to_toml(self) -> str:
+        lines = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "origin" or value is None:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, int):
+                text = str(value)
+            elif isinstance(value, tuple):
+                text = "[" + ", ".join(f'"{v}"' for v in value) + "]"
+            else:
+                text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+            lines.append(f"{f.name} = {text}")
+        return "\n".join(lines) + "\n"
+
+    # -- what the values mean, read once ------------------------------------------------------
+    @functools.cached_property
+    def claim_slices(self) -> list[Slice]:
+        """The slices the trials run on, parsed once: a bad name or file fails here, named."""
+        if self.slices == "quick":
+            return [slices.load(n) for n in QUICK_SLICES]
+        if self.slices == "all":
+            return slices.table_i()
+        return slices.one_shape([slices.across_vms(slices.load(n.strip()), CLAIMS_ACROSS_VMS)
+                                 for n in self.slices.split(",") if n.strip()])
+
+    @functools.cached_property
+    def live(self) -> tuple[Slice, str, str] | None:
+        """(slice, Ray address, platform) of the live slice's inventory, or None when none is given."""
+        if not self.slice_inventory:
+            return None
+        sl, address, platform = inventory.load(self.slice_inventory)
+        return slices.across_vms(sl, CLAIMS_ACROSS_VMS), address, platform
+
+    @functools.cached_property
+    def memory_model_configs(self) -> list:
+        return [model_config(m) for m in self.memory_models]
+
+    def budget(self, **overrides) -> Budget:
+        """What every trial trains (overrides: Budget's fields, for one backend's module)."""
+        try:
+            return Budget(**{"model": self.model, "repeats": self.repeats, "precision": self.precision, **overrides})
+        except TypeError as e:
+            raise BadInput(f"budget: {e}") from None
+
+    def check(self) -> "RunConfig":
+        """Reads everything it names, so that a bad value stops the run before any work, in one
+        line that names where the value came from."""
+        for setting, read in (("slices", lambda: self.claim_slices), ("model", lambda: model_config(self.model)),
+                              ("repeats", self.budget), ("memory_models", lambda: self.memory_model_configs),
+                              ("slice_inventory", lambda: self.live)):
+            try:
+                read()
+            except BadInput as e:
+                raise BadInput(f"{self.named(setting)}: {e}") from None
+        return self
