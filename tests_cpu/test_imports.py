@@ -162,3 +162,13 @@ def test_the_pytest_plugin_loads_without_jax():
     conftest, which may still have to configure JAX (its CPU device count) before JAX loads."""
     probe = "import sys, harness.suite.plugin; sys.exit('jax' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
+
+
+@pytest.mark.parametrize("init", sorted(PACKAGE.rglob("__init__.py")), ids=lambda p: str(p.parent.relative_to(ROOT)))
+def test_a_package_that_lists_its_modules_lists_each_one(init):
+    """A newcomer reads a folder's __init__ first: a listing there that misses a module misleads."""
+    listed = set(re.findall(r"^\s*(\w+)\.py\b", init.read_text(), re.M))
+    if not listed:
+        pytest.skip("this package's docstring lists no modules")
+    have = {p.stem for p in init.parent.glob("*.py")} - {"__init__"}
+    assert (sorted(have - listed), sorted(listed - have)) == ([], []), "(not listed, listed but absent)"

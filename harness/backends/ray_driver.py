@@ -95,7 +95,7 @@ class VMWorker:
                 out.close(), err.close()
 
     # The probes run as processes of their own, as `harness emulate` runs them: in a thread of the
-    # actor they would share its interpreter with Ray's threads and read ~0.5 ms high.
+    # actor they would share its interpreter with Ray's threads and read high by their scheduling.
     def echo(self) -> None:
         self.echo_server = subprocess.Popen([sys.executable, "-m", "harness.backends.emulation.probe", "echo", self.address(),
                                              str(ECHO_PORT)], stdout=subprocess.PIPE, text=True,

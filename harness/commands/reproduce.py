@@ -28,7 +28,7 @@ from harness.runs.run_config import QUICK_SLICES, RunConfig
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
 # Each mode's settings over RunConfig's defaults.
 MODES = {
-    # --quick: the defaults, the two slices that span the paper's regimes (about 10 minutes here).
+    # --quick: the defaults, the two slices that span the paper's regimes.
     "quick": {},
     # full: all five Table I slices, all three paper models for memory.
     "full": {"slices": "all", "memory_models": ("gpt2m", "gpt2l", "gpt2L")},
@@ -37,8 +37,8 @@ MODES = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
-                   help="two slices (TACC-TACC, UTAH-GPN) and 5 repeats: about 10 minutes on a 2-core machine "
-                        "(default: all five Table I slices, 5 repeats: about 50 minutes)")
+                   help=f"the two slices that span the paper's regimes ({', '.join(QUICK_SLICES)}) (default: all five "
+                        "Table I slices; README.md gives the time of each on a 2-core machine)")
     p.add_argument("--slice", default=None, metavar="NAME|FILE", action="append",
                    help="run the claims on this slice instead (repeatable): a Table I name or your own slice file")
     p.add_argument("--literal", action="store_true",
@@ -61,8 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "when there is one and the run is on the mode's own slices, not --slice)")
     p.add_argument("--infer", action="store_true",
                    help="after the claims, infer the paper's unstated setup from its observed runs and judge C4 apart "
-                        "from that choice (`python -m harness memory --infer` on the run's slices; about 40 minutes "
-                        "for five slices): inference.md and inference.json in the report")
+                        "from that choice (`python -m harness memory --infer` on the run's slices, a compile per "
+                        "setup tried): inference.md and inference.json in the report")
     p.add_argument("--threshold", type=float, default=compare.THRESHOLD,
                    help="slowdown of a trial's median step time that counts as a regression (default: %(default)s = +50%%)")
 

@@ -25,8 +25,8 @@ from harness.platform import slices
 from harness.platform.slices import Slice
 
 SUBNET = "198.18.0"
-# Jumbo frames, as FABRIC's dataplane carries: large enough that the relay moves about 1 GB/s,
-# small enough that TCP opens as on a real path: at 65000 bytes the receiver's window grows from one
+# Jumbo frames, as FABRIC's dataplane carries: large enough that the relay's cost per packet does
+# not cap the link's rate, small enough that TCP opens as on a real path: at 65000 bytes the receiver's window grows from one
 # segment, and at 1500 the relay moves a fraction of the link (tests_cpu/test_bench_tcp.py measures
 # the transfers side by side).
 MTU = 9000
