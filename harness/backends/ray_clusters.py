@@ -31,11 +31,11 @@ class RayDriven(ServedGroups):
         try:
             return self.driver.request({"do": "call", "group": self._name(vms), "timeout": timeout_s,
                                         "request": request})
-        except DriverError as e:
-            raise GroupLost(str(e)) from None
+        except (DriverError, OSError, ValueError) as e:  # OSError, ValueError: the driver process is gone
+            raise GroupLost(str(e) or type(e).__name__) from None
 
     def _close(self, vms: VMs) -> None:
-        with contextlib.suppress(DriverError):
+        with contextlib.suppress(DriverError, OSError, ValueError):  # a driver that died has no groups left
             self.driver.request({"do": "close", "group": self._name(vms)})
 
     @staticmethod
@@ -49,7 +49,7 @@ class RayDriven(ServedGroups):
             raise Failed("error", f"measuring the RTT between {a} and {b}: {e}") from None
 
     def close(self) -> None:
-        super().close()
+        self.groups.clear()  # the driver closes its groups itself when its input ends
         self.driver.close()
 
 
@@ -101,8 +101,9 @@ def emulated(slices: list[Slice], platform: str = "cpu", tcp_buffer_bytes: int |
     processes = layout.gpu(vms, layout.visible_gpus()) if platform == "gpu" else layout.cpu(vms, split_processes)
     # A GPU platform's VMs run on real GPUs, at their own speeds.
     gpu_shares = compute.shares(slices) if platform == "cpu" and gpu_speeds else None
-    with EmulatedNetwork(base, tcp_buffer_bytes=tcp_buffer_bytes) as net, RayCluster(net, gpu_shares) as nodes:
-        cluster = EmulatedCluster(nodes.driver(), base.gpus_per_vm, platform, processes, net, nodes.quotas)
+    with EmulatedNetwork(base, tcp_buffer_bytes=tcp_buffer_bytes) as net, RayCluster(net, gpu_shares) as nodes, \
+            nodes.driver() as driver:
+        cluster = EmulatedCluster(driver, base.gpus_per_vm, platform, processes, net, nodes.quotas)
         try:
             yield cluster
         finally:
@@ -127,8 +128,9 @@ class LiveCluster(RayDriven):
 
 @contextlib.contextmanager
 def live(sl: Slice, ray_address: str, platform: str = "gpu"):
-    cluster = LiveCluster(DriverClient([], ray_address, [vm.name for vm in sl.vms]), sl.gpus_per_vm, platform)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    with DriverClient([], ray_address, [vm.name for vm in sl.vms]) as driver:
+        cluster = LiveCluster(driver, sl.gpus_per_vm, platform)
+        try:
+            yield cluster
+        finally:
+            cluster.close()
