@@ -35,6 +35,8 @@ class GroupLost(Failed):
 
 class Cluster(Protocol):
     devices_per_host: int
+    tcp_buffer_bytes: int | None  # the VMs' TCP buffers where the cluster sets them; None: the kernel's
+    compute_shares: dict  # slice -> VM -> its share of its cores (its GPU's speed); empty: full speed
 
     def build(self, vms: VMs, key: str, job: dict, budget_steps: int) -> dict:
         """Compile job (harness.runs.jobs.Job.to_dict()) on the group's processes, kept under key:

@@ -83,6 +83,8 @@ LOOPBACK = "loopback"  # the records' network mechanism: no link is emulated
 
 class LocalCluster(ServedGroups):
     """A slice's VMs as processes of this machine over loopback: a group is one worker server per VM."""
+    tcp_buffer_bytes = None
+    compute_shares: dict = {}
 
     def __init__(self, devices_per_host: int, platform: str = "cpu", step_timeout_s: float = 600):
         super().__init__(devices_per_host, step_timeout_s)

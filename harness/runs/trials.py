@@ -235,7 +235,7 @@ class Runner:
     def compute_shares(self, name: str) -> dict[str, float]:
         """Each VM's share of its cores on slice `name`: its GPU's speed (harness.backends.emulation.compute);
         empty where every VM computes at full speed."""
-        return getattr(self.cluster, "compute_shares", {}).get(name, {})
+        return self.cluster.compute_shares.get(name, {}) if self.cluster is not None else {}
 
     # -- the record -----------------------------------------------------------------------------
     def record(self, result: TrialResult) -> dict:
