@@ -22,8 +22,8 @@ THROUGHPUT_SECONDS = 2.0  # long enough to leave TCP slow start behind at 100 ms
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
-                   help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file (default: UTAH-GPN)")
+    p.add_argument("--slice", default=slices.DEFAULT_SLICE, metavar="NAME|FILE",
+                   help=f"a Table I slice ({', '.join(slices.TABLE_I_ORDER)}) or a slice file (default: %(default)s)")
     p.add_argument("--rtt", type=float, default=None, metavar="MS", help="one RTT for every pair instead of the slice's")
     p.add_argument("--transfer-s", type=float, default=THROUGHPUT_SECONDS, metavar="SECONDS",
                    help="how long each pair's bulk TCP transfer should last at window/RTT: it sends that many "

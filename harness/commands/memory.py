@@ -7,7 +7,7 @@ import sys
 from harness import inputs
 from harness.analysis import gpu_compiler, memory
 from harness.analysis.memory import analyse, source
-from harness.core.config import Setup, model_config
+from harness.core.config import Setup, TrainConfig, model_config
 from harness.errors import BadInput
 from harness.experiments import infer
 from harness.platform import slices
@@ -28,9 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", default="both", choices=["all", "one-vm", "both", "4", "2"],
                    help="all: every GPU of every VM; one-vm: the GPUs of one VM at a time; both (default). "
                         "4 and 2 are the paper's names for them, on its slices of two 2-GPU VMs")
-    # The command's defaults are Alpa's example (8 sequences per GPU, activations kept, Shard
+    # The command's defaults are Alpa's example (TrainConfig's batch per GPU, activations kept, Shard
     # planned with this slice's links and memory); the memory claims use config.Setup's.
-    p.add_argument("--batch-per-gpu", type=int, default=8,
+    p.add_argument("--batch-per-gpu", type=int, default=TrainConfig.batch_size,
                    help="sequences per GPU per step (default: %(default)s; not stated in the paper)")
     p.add_argument("--micro-batches", type=int, default=Setup.micro_batches,
                    help="microbatches per step (default: %(default)s; not stated in the paper)")

@@ -16,7 +16,7 @@ CHARS_PER_TOKEN = 4.0  # GPT-2's byte-level BPE on English prose: about 4 charac
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
+    p.add_argument("--slice", default=slices.DEFAULT_SLICE, metavar="NAME|FILE",
                    help="a Table I slice or a slice file (GPU types: " + ", ".join(ACCELERATORS) + "; default: %(default)s)")
     p.add_argument("--model", default="gpt2m", metavar="NAME", help="model (default: %(default)s)")
     p.add_argument("--batch-per-gpu", type=int, default=Setup.batch_per_gpu,

@@ -28,7 +28,7 @@ INTERRUPTED = 130
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slice", default="UTAH-GPN", metavar="NAME|FILE",
+    p.add_argument("--slice", default=slices.DEFAULT_SLICE, metavar="NAME|FILE",
                    help="a Table I slice or a slice file, emulated here (default: %(default)s)")
     p.add_argument("--model", default=Budget.model, metavar="NAME",
                    help="model the trials train (default: %(default)s, the CPU scale model)")

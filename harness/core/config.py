@@ -142,7 +142,7 @@ class Setup:
     The memory analysis (memory.py) and the cost model (costmodel.py) both read it. The defaults
     are the memory claims' setup: 4 sequences per GPU, the largest power of two at which gpt2m with
     Data fits the T4s of UTAH-GPN and TACC-TACC as the paper ran it (8, Alpa's example, does not:
-    22 GB); 4 microbatches and float32, Alpa's example defaults; Pipeshard as Alpa's
+    `python -m harness memory --batch-per-gpu 8` gives by how much); 4 microbatches and float32, Alpa's example defaults; Pipeshard as Alpa's
     PipeshardParallel runs by default: the 1F1B schedule, no rematerialisation; Shard planned as
     Alpa's ShardParallel plans. `python -m harness memory --infer` shows which setups reproduce
     the paper's observed runs (infer.py)."""

@@ -22,6 +22,8 @@ from harness.platform import hardware
 
 TABLE_I = resources.path("slices")
 TABLE_I_ORDER = ("TACC-TACC", "UTAH-GPN", "UTAH-MASS", "BRIS-STAR", "GAT-AMST")
+# The slice a one-slice command runs on when given none: the nearest two-site slice of Table I.
+DEFAULT_SLICE = "UTAH-GPN"
 
 
 @dataclass(frozen=True)
