@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,17 +25,21 @@ from harness.core.config import Technique, model_config
 from harness.suite import options
 from harness.suite.privileges import require_emulation
 
+if TYPE_CHECKING:  # the types only: the plugin loads before conftest configures JAX, which these import
+    from harness.experiments.calibration import Scaling
+    from harness.runs.trials import Runner, Trial
+
 MARKER = "claims_backend"
 
 
 @dataclass
 class Backend:
     name: str
-    runner: object  # harness.runs.trials.Runner
+    runner: "Runner"
     slices: list  # the slices as given (the paper's links); runner.slices has the links the trials ran on
-    trials: list
+    trials: "list[Trial]"
     declared: str = "none"  # which declared limits apply (deviations.declared)
-    scaling: object = None  # harness.experiments.calibration.Scaling of a run on the CPU scale model's emulated links
+    scaling: "Scaling | None" = None  # the links of a run on the CPU scale model's emulated links
     _literal: object = field(default=None, repr=False)
 
     @property
