@@ -9,7 +9,7 @@ from harness.errors import BadInput
 from harness.techniques.common import ClusterShape, Plan
 from harness.techniques.contract import REGISTRY, register
 
-# Each registers itself on import: in the paper's order, the order the registry lists them in.
+# Each registers itself on import; the registry lists them in the paper's order (contract.register).
 from harness.techniques.data_parallel import DataParallel
 from harness.techniques.pipeshard import PipeshardParallel
 from harness.techniques.shard_parallel import ShardParallel

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from harness.analysis.netmodel import Network
 from harness.core import flops
-from harness.core.config import GPTConfig, Setup
+from harness.core.config import GPTConfig, Setup, Technique
 from harness.techniques import buckets
 
 # Kinds of what a step puts on the wire. Ring collectives, as NCCL runs them:
@@ -145,4 +145,10 @@ def register(cls):
             raise TypeError(f"technique {cls.__name__} has no {needed}: a technique answers for all of "
                             "name, validate, build and cost")
     REGISTRY[str(cls.name)] = cls
+    # The paper's four in its order (config.Technique), whatever order they were imported in; any
+    # other technique after them, in the order it registered.
+    paper = list(Technique)
+    ordered = sorted(REGISTRY.items(), key=lambda kv: paper.index(kv[0]) if kv[0] in paper else len(paper))
+    REGISTRY.clear()
+    REGISTRY.update(ordered)
     return cls
