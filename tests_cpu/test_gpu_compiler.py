@@ -57,7 +57,7 @@ def test_a_gpu_machines_own_cuda_plugin_is_the_gpu_compiler(tmp_path, cuda):
     package = tmp_path / "site" / "jax_plugins" / f"xla_cuda{cuda}"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    probe = "from harness import gpu_compiler; print(gpu_compiler._installed(), gpu_compiler.missing())"
+    probe = "from harness.analysis import gpu_compiler; print(gpu_compiler._installed(), gpu_compiler.missing())"
     env = {**os.environ, "HARNESS_GPU_COMPILER": str(tmp_path / "nothing-here"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
