@@ -28,6 +28,13 @@ def test_a_file_is_read_over_the_defaults_and_options_over_the_file(tmp_path):
     assert over.named("model") == "--trial-model" and over.named("repeats") == f"run configuration {path}: repeats"
 
 
+def test_lists_come_as_toml_arrays_or_as_comma_separated_text(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('slices = ["TACC-TACC", "UTAH-GPN"]\nmemory_models = "gpt2m, gpt2L"\n')
+    run = RunConfig.load(path).check()
+    assert [s.name for s in run.claim_slices] == ["TACC-TACC", "UTAH-GPN"] and run.memory_models == ("gpt2m", "gpt2L")
+
+
 def test_what_a_run_was_set_by_reads_back_the_same(tmp_path):
     run = RunConfig().override({}, slices="TACC-TACC,UTAH-GPN", model="scale-tiny", gpu_speeds=True,
                                report_dir='reports/a "quoted" dir', memory_models=("gpt2m", "gpt2l"))
@@ -38,8 +45,11 @@ def test_what_a_run_was_set_by_reads_back_the_same(tmp_path):
 
 @pytest.mark.parametrize("text, said", [
     ('modle = "scale-tiny"\n', "run configuration {path}: modle: no such setting; expected one of slices, model"),
-    ("repeats = 5.5\n", "run configuration {path}: repeats: must be int, got 5.5"),
-    ('gpu_speeds = "yes"\n', "run configuration {path}: gpu_speeds: must be bool, got 'yes'"),
+    ("repeats = 5.5\n", "run configuration {path}: repeats: must be an integer, got 5.5"),
+    ("repeats = true\n", "run configuration {path}: repeats: must be an integer, got True"),
+    ('gpu_speeds = "yes"\n', "run configuration {path}: gpu_speeds: must be true or false, got 'yes'"),
+    ("report_dir = 5\n", "run configuration {path}: report_dir: must be a string, got 5"),
+    ("memory_models = [1]\n", "run configuration {path}: memory_models: must be a string or a list of strings, got [1]"),
     ('link_scaling = "wind"\n', "run configuration {path}: link_scaling: must be one of similarity, literal, got 'wind'"),
     ("slices = \n", "run configuration {path}: not valid TOML"),
 ])

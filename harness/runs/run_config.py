@@ -35,6 +35,24 @@ MEMORY_COMPILERS = ("auto", "cpu", "gpu")
 CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs on one"
 
 
+# What each setting holds, as a message says it; lists may come as TOML arrays or comma-separated text.
+TYPES = {"slices": "a string or a list of strings", "memory_models": "a string or a list of strings",
+         "repeats": "an integer", "gpu_speeds": "true or false"}
+
+
+def _typed(key: str, value) -> bool:
+    if key in ("slices", "memory_models") and isinstance(value, (list, tuple)):
+        return all(isinstance(v, str) for v in value)
+    return type(value) is {"repeats": int, "gpu_speeds": bool}.get(key, str)
+
+
+def _normal(key: str, value):
+    """A list setting as the dataclass keeps it: slices as one comma-separated string, models as a tuple."""
+    if key == "slices" and isinstance(value, (list, tuple)):
+        return ",".join(value)
+    return tuple(value) if isinstance(value, list) else value
+
+
 @dataclass(frozen=True)
 class RunConfig:
     slices: str = "quick"
@@ -80,10 +98,9 @@ class RunConfig:
         for key, value in given.items():
             if key not in known:
                 raise BadInput(f"{labels.get(key, key)}: no such setting; expected one of {', '.join(known)}")
-            want = {"repeats": int, "gpu_speeds": bool}.get(key)
-            if value is not None and want is not None and type(value) is not want:
-                raise BadInput(f"{labels.get(key, key)}: must be {want.__name__}, got {value!r}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
+            if value is not None and not _typed(key, value):
+                raise BadInput(f"{labels.get(key, key)}: must be {TYPES.get(key, 'a string')}, got {value!r}")
+        values = {k: _normal(k, v) for k, v in given.items() if v is not None}
         if not values:
             return self
         origin = {**self.origin, **{k: labels.get(k, k) for k in values}}
