@@ -101,6 +101,7 @@ class ServedGroups:
 
     # -- what a subclass provides -------------------------------------------------------------
     def _open(self, vms: VMs) -> None:
+        """Start the group's processes; GroupLost when they cannot be started."""
         raise NotImplementedError
 
     def _call(self, vms: VMs, request: dict, timeout_s: float) -> dict:

@@ -25,7 +25,10 @@ class RayDriven(ServedGroups):
                    "devices_per_host": self.devices_per_host, "platform": self.platform}
         if self.processes is not None:
             request["layout"] = {vm: [p.to_dict() for p in self.processes[vm]] for vm in vms}
-        self.driver.request(request)
+        try:
+            self.driver.request(request)
+        except (DriverError, OSError, ValueError) as e:  # a group that cannot start fails its trial
+            raise GroupLost(f"opening {self._name(vms)}: {e or type(e).__name__}") from None
 
     def _call(self, vms: VMs, request: dict, timeout_s: float) -> dict:
         try:
