@@ -24,3 +24,8 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def say(line: str) -> None:
+    """One line of progress on stderr (stdout is kept for --json)."""
+    print(line, file=sys.stderr, flush=True)

@@ -11,5 +11,7 @@ servers.py        a worker server as its launcher sees it, and why a worker died
 layout.py         which worker processes an emulated VM runs, on which GPUs
 collective.py     a timed collective between VMs
 protocol.py       the error shape every JSON-lines protocol here answers with
+process_trees.py  stopping the process trees a run started, and nothing else
 emulation/        the slice's VMs as namespaces, the delayed link, CPU quotas
+live/             a live slice's VMs over SSH: up, links checked, down; FABRIC provisioning
 """

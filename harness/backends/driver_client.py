@@ -22,10 +22,14 @@ class DriverClient:
     On an emulated slice it runs inside VM1's namespace; on a live slice, on this machine (which
     must be a node of the cluster: a Ray driver needs a local node)."""
 
-    def __init__(self, prefix: list[str], address: str, vms: list[str], env: dict | None = None):
+    def __init__(self, prefix: list[str], address: str, vms: list[str], env: dict | None = None,
+                 command: list[str] | None = None):
+        """prefix: what runs the driver where it must run (a namespace, SSH); command: the driver
+        itself, this interpreter's by default."""
         self.address, self.vms = address, vms
         self.log = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "harness.backends.ray_driver"], text=True,
+        command = command or [sys.executable, "-m", "harness.backends.ray_driver"]
+        self.proc = subprocess.Popen([*prefix, *command], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      env=env, start_new_session=True)
 

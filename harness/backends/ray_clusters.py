@@ -2,13 +2,17 @@
 link, harness.backends.emulation) and a live one (a running Ray cluster on real VMs). Both speak to their
 VMs through the Ray driver (harness.backends.ray_driver), which starts each VM's worker servers."""
 import contextlib
+import shlex
+import sys
 
 from harness.backends import layout
 from harness.backends.contract import Failed, GroupLost, ServedGroups, VMs
 from harness.backends.driver_client import DriverClient, DriverError
 from harness.backends.emulation import compute
 from harness.backends.emulation.network import EmulatedNetwork
+from harness.backends.live import bringup, hosts, links
 from harness.backends.ray_nodes import RayCluster
+from harness.platform.inventory import Inventory
 from harness.platform.slices import Slice, one_shape
 
 
@@ -19,10 +23,13 @@ class RayDriven(ServedGroups):
     def __init__(self, driver: DriverClient, devices_per_host: int, platform: str, processes: dict | None = None):
         super().__init__(devices_per_host)
         self.driver, self.platform, self.processes = driver, platform, processes
+        self.heartbeat_s: int | None = None  # the workers' heartbeat timeout; None: the worker's default
 
     def _open(self, vms: VMs) -> None:
         request = {"do": "open", "group": self._name(vms), "vms": list(vms),
                    "devices_per_host": self.devices_per_host, "platform": self.platform}
+        if self.heartbeat_s is not None:
+            request["heartbeat_s"] = self.heartbeat_s
         if self.processes is not None:
             request["layout"] = {vm: [p.to_dict() for p in self.processes[vm]] for vm in vms}
         try:
@@ -114,10 +121,15 @@ def emulated(slices: list[Slice], platform: str = "cpu", tcp_buffer_bytes: int |
 
 
 class LiveCluster(RayDriven):
-    """A running Ray cluster on the VMs of a live slice; this machine must be one of its nodes.
-    Its links are what they are: measured, not set, and not counted."""
+    """A running Ray cluster on the VMs of a live slice. Its links are what they are: measured,
+    not set, and not counted. link_check: the pairs measured before the first trial, held against
+    the slice file (None where the inventory names no hosts to measure from)."""
     tcp_buffer_bytes = None
     compute_shares: dict = {}
+
+    def __init__(self, driver, devices_per_host, platform, heartbeat_s: int | None, link_check: dict | None):
+        super().__init__(driver, devices_per_host, platform)
+        self.heartbeat_s, self.link_check = heartbeat_s, link_check
 
     def use_slice(self, sl: Slice) -> None:
         pass
@@ -126,13 +138,47 @@ class LiveCluster(RayDriven):
         return None
 
     def facts(self, vms: VMs) -> dict:
-        return {"network": {"mechanism": "live"}}
+        network = {"mechanism": "live"}
+        if self.link_check is not None:
+            network["link_check"] = self.link_check
+        return {"network": network}
+
+
+class LinkOff(RuntimeError):
+    """--strict-link: a measured pair is more than the tolerance off the slice file's."""
+
+
+def driver_command(inv: Inventory) -> list[str] | None:
+    """The Ray driver on VM1, as `live up` installed it there, spoken to over SSH; None (a driver
+    on this machine) where the inventory names no hosts."""
+    if inv.hosts is None:
+        return None
+    vm1 = hosts.load(inv.hosts).hosts[0]
+    w = shlex.quote(vm1.workdir)
+    script = f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(cat {w}/ray_token) exec {w}/venv/bin/python -m harness.backends.ray_driver"
+    return [sys.executable, "-m", "harness.backends.live.ssh", "pipe", inv.hosts, vm1.name, "--", "sh", "-c", script]
+
+
+def check_links(inv: Inventory) -> dict | None:
+    """Every pair of the inventory's VMs measured now, over SSH, and held against the hosts'
+    slice file; None where the inventory names no hosts."""
+    if inv.hosts is None:
+        return None
+    measured = bringup.measure_links(hosts.load(inv.hosts))
+    return {"tolerance": links.TOLERANCE, "measured": [m.to_dict() for m in measured], "off": links.flagged(measured)}
 
 
 @contextlib.contextmanager
-def live(sl: Slice, ray_address: str, platform: str = "gpu"):
-    with DriverClient([], ray_address, [vm.name for vm in sl.vms]) as driver:
-        cluster = LiveCluster(driver, sl.gpus_per_vm, platform)
+def live(inv: Inventory, strict_link: bool = False):
+    """The inventory's cluster. Where `live up` wrote it (it names the hosts), the links are
+    measured first and the driver runs on VM1 over SSH, so that this machine may be any; else
+    this machine must be a node of the cluster (a Ray driver needs a local node)."""
+    link_check = check_links(inv)
+    if strict_link and link_check and link_check["off"]:
+        raise LinkOff("; ".join(link_check["off"]))
+    heartbeat = inv.timeouts["heartbeat_s"] if inv.timeouts else None
+    with DriverClient([], inv.ray_address, [vm.name for vm in inv.slice.vms], command=driver_command(inv)) as driver:
+        cluster = LiveCluster(driver, inv.slice.gpus_per_vm, inv.platform, heartbeat, link_check)
         try:
             yield cluster
         finally:

@@ -5,7 +5,7 @@ and is printed for people by the command itself otherwise.
 """
 import importlib
 
-NAMES = ("reproduce", "train", "memory", "emulate", "compare", "judge", "select", "predict")
+NAMES = ("reproduce", "train", "memory", "emulate", "compare", "judge", "select", "predict", "live")
 
 
 def command(name: str):

@@ -29,6 +29,7 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(cmd)
         cmd.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
+    p.set_defaults(json=False)
     return p
 
 

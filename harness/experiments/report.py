@@ -70,6 +70,7 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
     lines = ["# Claims of the paper, checked", ""]
     lines += [f"- {k}: {v}" for k, v in context.items()]
     lines += ["", counts(verdicts), ""]
+    lines += link_check(trial_records)
     lines += ["| part | paper says | verdict |", "|---|---|---|"]
     lines += [f"| {v['part']} | {v['statement']} | {mark(v)} |" for v in verdicts]
     lines += ["", "## Evidence", "",
@@ -115,6 +116,25 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
     if figures:
         lines += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
     return "\n".join(lines)
+
+
+def link_check(trial_records: list[dict]) -> list[str]:
+    """A live slice's links as its trials' records say they were measured before the first trial,
+    and every pair more than the tolerance off the slice file's, flagged."""
+    checks = {json.dumps(c, sort_keys=True): c for r in trial_records
+              if (c := r.get("cluster", {}).get("network", {}).get("link_check"))}
+    if not checks:
+        return []
+    lines = ["## The live slice's links, measured before the first trial", ""]
+    for c in checks.values():
+        for m in c["measured"]:
+            rate = m.get("bytes_per_s")
+            lines.append(f"- {m['a']}-{m['b']}: RTT {m['rtt_ms']:.3f} ms"
+                         + (f", one TCP flow {rate * 8e-9:.3g} Gbit/s" if rate else ""))
+        tolerance = f"{c['tolerance'] * 100:g}%"
+        lines += ([f"- **OFF by more than {tolerance}**: {line}" for line in c["off"]]
+                  or [f"- every figure within {tolerance} of the slice file's (where it gives one)"])
+    return lines + [""]
 
 
 def mark(v: dict) -> str:

@@ -1,17 +1,24 @@
-"""A live slice's inventory (TOML): where its Ray cluster is and what its VMs have.
+"""A live slice's inventory (TOML): where its Ray cluster is and what its VMs have. Written by
+`python -m harness live up` (with the measured links and how SSH reaches the VMs), or by hand:
 
     name = "my-slice"                 # optional
     ray_address = "10.0.0.1:6379"     # the Ray head, on VM1
     platform = "gpu"                  # optional: gpu (default) or cpu
+    hosts = "/path/to/hosts.toml"     # optional: the VMs over SSH (then pytest may run anywhere)
     [[vm]]
     name = "vm1"                      # the VM's Ray custom resource, as the harness starts nodes
     site = "UTAH"
     gpus = 2
     gpu = "RTX6000"                   # or gpu_type
+    [[link]]                          # optional: a pair as `live up` measured it
+    a = "vm1"
+    b = "vm2"
+    rtt_ms = 20.4
 
-RTTs are not in the inventory: the trials measure them between the VMs' Ray actors.
+The RTTs in it are what `live up` measured; the trials measure their own between the VMs' Ray actors.
 """
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import schemas
@@ -19,8 +26,18 @@ from harness.errors import BadInput
 from harness.platform import slices
 
 
-def load(path: str) -> tuple[slices.Slice, str, str]:
-    """(the slice, the Ray address, the platform) of an inventory file (inventory.schema.json)."""
+@dataclass(frozen=True)
+class Inventory:
+    slice: slices.Slice
+    ray_address: str
+    platform: str
+    hosts: str | None  # the hosts file, where `live up` wrote the inventory
+    links: tuple = ()  # the [[link]] tables, as written
+    timeouts: dict | None = None
+
+
+def load(path: str) -> Inventory:
+    """The inventory file at path (inventory.schema.json); BadInput naming the field unless it conforms."""
     p = Path(path)
     try:
         inv = tomllib.loads(p.read_text())
@@ -36,4 +53,8 @@ def load(path: str) -> tuple[slices.Slice, str, str]:
            for vm in inv["vm"]]
     sl = slices.from_document({"name": inv.get("name", p.stem), "network": "live", "rtt_ms": 0.0, "vm": vms},
                               f"{path} (inventory)")
-    return sl, inv["ray_address"], inv.get("platform", "gpu")
+    hosts = inv.get("hosts")
+    if hosts is not None and not Path(hosts).is_file():
+        raise BadInput(f"slice inventory {path}: field 'hosts' names {hosts}, which is not a file")
+    return Inventory(sl, inv["ray_address"], inv.get("platform", "gpu"), hosts, tuple(inv.get("link", ())),
+                     inv.get("timeouts"))

@@ -15,6 +15,7 @@ run.toml in the report and hands pytest that file, so the report says what the r
     memory_compiler = "auto"        # auto, cpu or gpu
     report_dir = "reports/x"        # optional: results.jsonl, claims.md and figures go here
     slice_inventory = "slice.toml"  # optional: a live slice (tests_fabric/, the live backend)
+    strict_link = false             # a live slice's pair more than 5% off its slice file's link stops the run
 
 The slices, the live slice and the models are read once, when first asked for, and kept.
 """
@@ -24,6 +25,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import toml_text
 from harness.core.config import PRECISIONS, Budget, model_config
 from harness.errors import BadInput
 from harness.platform import inventory, slices
@@ -37,13 +39,14 @@ CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs o
 
 # What each setting holds, as a message says it; lists may come as TOML arrays or comma-separated text.
 TYPES = {"slices": "a string or a list of strings", "memory_models": "a string or a list of strings",
-         "repeats": "an integer", "gpu_speeds": "true or false"}
+         "repeats": "an integer", "gpu_speeds": "true or false",
+         "strict_link": "true or false"}
 
 
 def _typed(key: str, value) -> bool:
     if key in ("slices", "memory_models") and isinstance(value, (list, tuple)):
         return all(isinstance(v, str) for v in value)
-    return type(value) is {"repeats": int, "gpu_speeds": bool}.get(key, str)
+    return type(value) is {"repeats": int, "gpu_speeds": bool, "strict_link": bool}.get(key, str)
 
 
 def _normal(key: str, value):
@@ -65,6 +68,7 @@ class RunConfig:
     memory_compiler: str = "auto"
     report_dir: str | None = None
     slice_inventory: str | None = None
+    strict_link: bool = False
     # setting -> where its value came from (a file, an option), which a message about it names
     origin: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -111,21 +115,7 @@ class RunConfig:
         return self.origin.get(setting, f"run configuration: {setting}")
 
     def to_toml(self) -> str:
-        lines = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "origin" or value is None:
-                continue
-            if isinstance(value, bool):
-                text = "true" if value else "false"
-            elif isinstance(value, int):
-                text = str(value)
-            elif isinstance(value, tuple):
-                text = "[" + ", ".join(f'"{v}"' for v in value) + "]"
-            else:
-                text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-            lines.append(f"{f.name} = {text}")
-        return "\n".join(lines) + "\n"
+        return toml_text.dumps({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "origin"})
 
     # -- what the values mean, read once ------------------------------------------------------
     @functools.cached_property
@@ -139,12 +129,13 @@ class RunConfig:
                                  for n in self.slices.split(",") if n.strip()])
 
     @functools.cached_property
-    def live(self) -> tuple[Slice, str, str] | None:
-        """(slice, Ray address, platform) of the live slice's inventory, or None when none is given."""
+    def live(self) -> inventory.Inventory | None:
+        """The live slice's inventory (its slice checked to have VMs to compare across), or None
+        when none is given."""
         if not self.slice_inventory:
             return None
-        sl, address, platform = inventory.load(self.slice_inventory)
-        return slices.across_vms(sl, CLAIMS_ACROSS_VMS), address, platform
+        inv = inventory.load(self.slice_inventory)
+        return dataclasses.replace(inv, slice=slices.across_vms(inv.slice, CLAIMS_ACROSS_VMS))
 
     @functools.cached_property
     def memory_model_configs(self) -> list:

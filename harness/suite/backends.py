@@ -99,7 +99,8 @@ def registered_of(node) -> Registered | None:
 
 
 def live_slice(config):
-    """(slice, Ray address, platform) from --slice-inventory, or None when none is given."""
+    """The live slice's inventory (harness.platform.inventory.Inventory) from --slice-inventory,
+    or None when none is given."""
     return options.run_config(config).live
 
 
@@ -107,7 +108,7 @@ def _live_trials(config) -> list:
     from harness.runs import trials  # deferred: pytest loads the plugin before conftest configures JAX
 
     live = live_slice(config)
-    return trials.trials_for(live[0]) if live else []  # every VM alone too: live VMs differ
+    return trials.trials_for(live.slice) if live else []  # every VM alone too: live VMs differ
 
 
 @register("live", "the VMs of a running slice, described by --slice-inventory", _live_trials)
@@ -116,12 +117,15 @@ def _live(config, log, budget):
     from harness.backends import ray_clusters
     from harness.runs import trials
 
-    live = live_slice(config)
-    if live is None:
+    inv = live_slice(config)
+    if inv is None:
         pytest.skip(f"no slice inventory: pass --slice-inventory FILE or set {options.INVENTORY_ENV}")
-    sl, address, platform = live
-    with ray_clusters.live(sl, address, platform) as cluster:
-        yield Backend("live", trials.Runner(cluster, [sl], budget), [sl], _live_trials(config))
+    with contextlib.ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(ray_clusters.live(inv, strict_link=options.run_config(config).strict_link))
+        except ray_clusters.LinkOff as e:
+            pytest.exit(f"--strict-link: the slice's link is not its slice file's: {e}", returncode=3)
+        yield Backend("live", trials.Runner(cluster, [inv.slice], budget), [inv.slice], _live_trials(config))
 
 
 @register("emulated-cpu", "the Table I slices as network namespaces, the CPU scale model", options.emulated_trials)

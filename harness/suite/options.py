@@ -18,7 +18,8 @@ _RUN = pytest.StashKey[RunConfig]()
 SETTINGS = {"--claims-slices": "slices", "--trial-model": "model", "--trial-repeats": "repeats",
             "--trial-precision": "precision", "--link-scaling": "link_scaling", "--gpu-speeds": "gpu_speeds",
             "--memory-models": "memory_models", "--memory-compiler": "memory_compiler",
-            "--report-dir": "report_dir", "--slice-inventory": "slice_inventory"}
+            "--report-dir": "report_dir", "--slice-inventory": "slice_inventory",
+            "--strict-link": "strict_link"}
 
 
 def add_options(parser) -> None:
@@ -58,6 +59,9 @@ def add_options(parser) -> None:
                 help=f"write results.jsonl, claims.md and figures here when the session ends (or set {REPORT_ENV})")
     g.addoption("--slice-inventory", default=os.environ.get(INVENTORY_ENV), metavar="FILE",
                 help=f"TOML inventory of a live slice for the fabric tests (or set {INVENTORY_ENV})")
+    g.addoption("--strict-link", action="store_true", default=None,
+                help="on a live slice, stop before any trial if a pair of VMs is more than 5%% off its slice "
+                     "file's RTT or rate (default: flag it in every record and in claims.md, and go on)")
 
 
 def run_config(config) -> RunConfig:

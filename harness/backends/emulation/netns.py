@@ -7,11 +7,11 @@ sweep() removes it together with its processes, its /etc/netns/<name> files and 
 import functools
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
+
+from harness.backends import process_trees
 
 PREFIX = "fh-"
 RECORDS = Path("/run/fabric-harness")
@@ -135,49 +135,21 @@ def pids(name: str) -> list[int]:
     return [int(p) for p in result.stdout.split()]
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _mentions(pid: int, marker: str) -> bool:
-    try:
-        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def stop(trees: dict[str, str | None], grace_s: float = 3) -> None:
     """SIGTERM, then after grace_s SIGKILL, processes in namespaces: {namespace: marker}, all of a
     namespace's processes where marker is None, else only the trees rooted at a process whose
-    command line mentions marker (children that renamed themselves, like Ray's workers, go with
-    their parents). All namespaces share one grace period: Ray's daemons let it pass (they take
-    10 s or more to honour SIGTERM), and a slice's nodes stopped one by one would wait it out once
-    for each."""
+    command line mentions marker (harness.backends.process_trees). All namespaces share one grace
+    period: Ray's daemons let it pass (they take 10 s or more to honour SIGTERM), and a slice's
+    nodes stopped one by one would wait it out once for each."""
     def targets() -> list[int]:
         chosen = []
         for name, marker in trees.items():
             inside = pids(name)
-            roots = set(inside) if marker is None else {p for p in inside if _mentions(p, marker)}
-            for p in inside:
-                q = p
-                while q is not None and q > 1 and q not in roots:
-                    q = _parent(q)
-                if q in roots:
-                    chosen.append(p)
+            roots = set(inside) if marker is None else {p for p in inside if process_trees.mentions(p, marker)}
+            chosen += process_trees.in_trees(inside, roots)
         return chosen
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in targets():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while targets() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    process_trees.kill(targets, grace_s)
 
 
 def delete(name: str) -> None:
