@@ -106,8 +106,10 @@ def harness_in_vm1(net, tmp_path, *args, timeout=600) -> subprocess.CompletedPro
 
 
 def test_up_fabric_down(two_vms, wheel, workbase, tmp_path):
+    """The slice file asks for twice the link's RTT: up says so, every record and claims.md flag
+    it, and --strict-link stops the fabric session before its first trial."""
     sl, net, client, known = two_vms
-    hosts = hosts_file(tmp_path, net, client, known, workbase, slice_file(tmp_path, sl, RTT_MS))
+    hosts = hosts_file(tmp_path, net, client, known, workbase, slice_file(tmp_path, sl, 2 * RTT_MS))
     inventory = tmp_path / "inventory.toml"
     start = time.monotonic()
     up = harness_in_vm1(net, tmp_path, "live", "up", str(hosts), "--platform", "cpu", "--wheel", wheel,
@@ -117,8 +119,9 @@ def test_up_fabric_down(two_vms, wheel, workbase, tmp_path):
         assert up.returncode == 0, up.stderr[-3000:]
         doc = json.loads(up.stdout)
         [link] = doc["link"]
-        assert (link["a"], link["b"], link["expected_rtt_ms"]) == ("vm1", "vm2", RTT_MS)
-        assert RTT_MS <= link["rtt_ms"] < 2 * RTT_MS and link["bytes_per_s"] > 0  # the delayed link, measured
+        assert (link["a"], link["b"], link["expected_rtt_ms"]) == ("vm1", "vm2", 2 * RTT_MS)
+        assert RTT_MS <= link["rtt_ms"] < 1.5 * RTT_MS and link["bytes_per_s"] > 0  # the delayed link, measured
+        assert doc["links_off"] == link["off"] and len(link["off"]) == 1 and "the slice file gives 20" in link["off"][0]
         assert doc["ray_address"] == f"{net.address['vm1']}:{bringup.RAY_PORT}" and inventory.is_file()
         assert running_under(workbase), "Ray is not running in the VMs' workdirs"
 
@@ -127,22 +130,32 @@ def test_up_fabric_down(two_vms, wheel, workbase, tmp_path):
         assert json.loads(status.stdout)["missing"] == [] and len(json.loads(status.stdout)["nodes"]) == 2
 
         report = tmp_path / "report"
-        fabric = net.run("vm1", [sys.executable, "-m", "pytest", "tests_fabric", "-m", "fabric", "-p", "no:cacheprovider",
-                                 "-q", "-k", "test_ray_cluster or (test_trial and Data and 4gpu)",
-                                 "--slice-inventory", str(inventory), "--trial-model", "scale-tiny",
-                                 "--report-dir", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+        fabric = fabric_suite(net, inventory, "test_ray_cluster or (test_trial and Data and 4gpu)", "--report-dir",
+                              str(report))
         assert fabric.returncode == 0, fabric.stdout[-3000:] + fabric.stderr[-2000:]
         assert "2 passed" in fabric.stdout, fabric.stdout[-3000:]
         [r] = records.read(report / "results.jsonl")
         assert r["status"] == "ok" and r["cluster"]["network"]["mechanism"] == "live"
         check = r["cluster"]["network"]["link_check"]  # measured again, before the first trial
         assert [(m["a"], m["b"]) for m in check["measured"]] == [("vm1", "vm2")] and check["tolerance"] == 0.05
-        assert "measured before the first trial" in (report / "claims.md").read_text()
+        assert len(check["off"]) == 1 and check["off"][0].startswith("vm1-vm2: RTT")
+        assert f"**OFF by more than 5%**: {check['off'][0]}" in (report / "claims.md").read_text()
+
+        strict = fabric_suite(net, inventory, "test_trial and Data and 4gpu", "--strict-link")
+        assert strict.returncode == 3, strict.stdout[-3000:]
+        assert "--strict-link: the slice's link is not its slice file's: vm1-vm2: RTT" in strict.stdout + strict.stderr
     finally:
         down = harness_in_vm1(net, tmp_path, "live", "down", str(inventory), "--json", timeout=300)
     assert down.returncode == 0, down.stderr[-3000:]
     assert sum(json.loads(down.stdout)["stopped"].values()) > 0
     assert not running_under(workbase) and not any(Path(workbase).iterdir()) and not inventory.exists()
+
+
+def fabric_suite(net, inventory: Path, tests: str, *args) -> subprocess.CompletedProcess:
+    """`pytest -m fabric` on the inventory, from VM1: the user's side of the slice."""
+    return net.run("vm1", [sys.executable, "-m", "pytest", "tests_fabric", "-m", "fabric", "-p", "no:cacheprovider",
+                           "-q", "-k", tests, "--slice-inventory", str(inventory), "--trial-model", "scale-tiny", *args],
+                   cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
 def test_four_vms_come_up_and_go_down(wheel, workbase, tmp_path):
