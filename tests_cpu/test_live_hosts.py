@@ -1,13 +1,15 @@
 """`live up`'s inputs and outputs without a slice: the hosts file, the inventory it writes, the
 link check and the timeouts. Bad input stops it in one line naming the file and the field or host."""
 import json
+import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from harness import toml_text
-from harness.backends.live import hosts, links
+from harness.backends.live import bringup, host_check, hosts, links
 from harness.errors import BadInput
 from harness.platform import inventory, slices
 
@@ -55,6 +57,8 @@ def test_names_come_from_the_slice_file(tmp_path):
      "field 'host[0].name' is 'x', but VM 1 of slice UTAH-GPN is 'vm1'"),
     ('slice = "NOWHERE"\n' + TWO, "slice 'NOWHERE' is neither a Table I slice"),
     ('[[host]\n', "not valid TOML"),
+    ('[[host]]\naddress = "2001:db8::1"\n', "host[0]: the VMs reach each other by IPv4 address or host name, got "
+                                             "'2001:db8::1': give data_address"),
 ])
 def test_a_bad_hosts_file_is_named_in_one_line(tmp_path, text, said):
     path = write(tmp_path, text)
@@ -145,3 +149,28 @@ def test_provision_dry_run_rejects_what_fabric_does_not_offer(tmp_path, gpu, ima
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("harness: error: ") and said in line
+
+
+def this_machine() -> dict:
+    """host_check's facts about this machine, run as `live up` runs it on a VM: fed on stdin."""
+    result = subprocess.run([sys.executable, "-", *bringup.requirements()], input=Path(host_check.__file__).read_text(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_this_machine_has_what_a_vm_needs_for_the_cpu_platform():
+    facts = this_machine()
+    assert facts["missing"] == [] and facts["python"] == platform.python_version()
+    assert bringup.lacking(facts, "cpu", 2, "s") is None
+
+
+@pytest.mark.parametrize("change, said", [
+    # No interpreter older than 3.11 can be installed here: the check's facts are changed instead.
+    ({"python": "3.9.18"}, "Python 3.9.18 at {exe}; the harness needs 3.11+"),
+    ({"missing": ["jax", "ray"]}, "{exe} lacks jax, ray (install them"),
+    ({"gpus": 1, "gpu_names": ["Tesla T4"]}, "1 GPUs (Tesla T4), but slice s gives it 2"),
+])
+def test_what_a_vm_lacks_is_said_in_words(change, said):
+    facts = {**this_machine(), **change}
+    assert bringup.lacking(facts, "gpu", 2, "s").startswith(said.format(exe=facts["executable"]))

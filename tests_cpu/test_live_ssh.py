@@ -105,16 +105,22 @@ def harness_in_vm1(net, tmp_path, *args, timeout=600) -> subprocess.CompletedPro
                    timeout=timeout)
 
 
-def test_up_fabric_down(two_vms, wheel, workbase, tmp_path):
-    """The slice file asks for twice the link's RTT: up says so, every record and claims.md flag
-    it, and --strict-link stops the fabric session before its first trial."""
-    sl, net, client, known = two_vms
-    hosts = hosts_file(tmp_path, net, client, known, workbase, slice_file(tmp_path, sl, 2 * RTT_MS))
+def live_up(net, client, known, workbase: str, tmp_path: Path, slice_path: Path, wheel: str):
+    """`live up` from VM1 on CPUs; (its result, the inventory's path). Its time goes to stderr (-s shows it)."""
+    hosts = hosts_file(tmp_path, net, client, known, workbase, slice_path)
     inventory = tmp_path / "inventory.toml"
     start = time.monotonic()
     up = harness_in_vm1(net, tmp_path, "live", "up", str(hosts), "--platform", "cpu", "--wheel", wheel,
                         "--inventory", str(inventory), "--json")
-    print(f"live up, 2 VMs: {time.monotonic() - start:.1f} s", file=sys.stderr)
+    print(f"live up, {len(net.address)} VMs: {time.monotonic() - start:.1f} s", file=sys.stderr)
+    return up, inventory
+
+
+def test_up_fabric_down(two_vms, wheel, workbase, tmp_path):
+    """The slice file asks for twice the link's RTT: up says so, every record and claims.md flag
+    it, and --strict-link stops the fabric session before its first trial."""
+    sl, net, client, known = two_vms
+    up, inventory = live_up(net, client, known, workbase, tmp_path, slice_file(tmp_path, sl, 2 * RTT_MS), wheel)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         doc = json.loads(up.stdout)
@@ -160,12 +166,7 @@ def fabric_suite(net, inventory: Path, tests: str, *args) -> subprocess.Complete
 
 def test_four_vms_come_up_and_go_down(wheel, workbase, tmp_path):
     with slice_with_sshd(4) as (sl, net, client, known):
-        hosts = hosts_file(tmp_path, net, client, known, workbase, slice_file(tmp_path, sl, RTT_MS))
-        inventory = tmp_path / "inventory.toml"
-        start = time.monotonic()
-        up = harness_in_vm1(net, tmp_path, "live", "up", str(hosts), "--platform", "cpu", "--wheel", wheel,
-                            "--inventory", str(inventory), "--json")
-        print(f"live up, 4 VMs: {time.monotonic() - start:.1f} s", file=sys.stderr)
+        up, inventory = live_up(net, client, known, workbase, tmp_path, slice_file(tmp_path, sl, RTT_MS), wheel)
         try:
             assert up.returncode == 0, up.stderr[-3000:]
             assert len(json.loads(up.stdout)["link"]) == 6  # every pair

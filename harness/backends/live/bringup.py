@@ -85,27 +85,37 @@ async def check(s: ssh.Session, hosts: Hosts, platform: str) -> dict:
         said = (found.stderr or "").strip().splitlines()
         raise ssh.HostError(s.host, f"cannot run Python as {s.host.python!r}: {said[-1] if said else 'no output'}")
     facts = json.loads(found.stdout.strip().splitlines()[-1])
-    version = tuple(int(x) for x in facts["python"].split(".")[:2])
     w = shlex.quote(s.host.workdir)
     taken = await s.run(f"test -e {w} && ! test -e {w}/{MARK}", "looking at the workdir", check=False)
     if taken.exit_status == 0:  # never removed by up or down: it holds something of someone else's
         raise ssh.HostError(s.host, f"workdir {s.host.workdir} exists and was not made by `live up` "
                                     "(name another with workdir = ... in the hosts file)")
-    if version < MIN_PYTHON:
-        raise ssh.HostError(s.host, f"Python {facts['python']} at {facts['executable']}; the harness needs "
-                                    f"{'.'.join(map(str, MIN_PYTHON))}+ (name another with python = ... in the hosts file)")
-    if facts["missing"]:
-        raise ssh.HostError(s.host, f"{facts['executable']} lacks {', '.join(facts['missing'])} "
-                                    "(install them for it, or name another python in the hosts file)")
-    if platform == "gpu":
-        want = hosts.slice.vms[hosts.hosts.index(s.host)].gpus if hosts.slice else None
-        what = f"{facts['gpus']} GPUs" + (f" ({', '.join(facts['gpu_names'])})" if facts["gpu_names"] else
-                                           f" ({facts['gpu_problem']})" if facts["gpu_problem"] else "")
-        if want is not None and facts["gpus"] != want:
-            raise ssh.HostError(s.host, f"{what}, but slice {hosts.slice.name} gives it {want}")
-        if facts["gpus"] == 0:
-            raise ssh.HostError(s.host, f"{what}, and the platform is gpu (use --platform cpu to run on its CPU)")
+    want = hosts.slice.vms[hosts.hosts.index(s.host)].gpus if hosts.slice else None
+    problem = lacking(facts, platform, want, hosts.slice.name if hosts.slice else None)
+    if problem:
+        raise ssh.HostError(s.host, problem)
     return facts
+
+
+def lacking(facts: dict, platform: str, gpus: int | None, slice_name: str | None) -> str | None:
+    """What a VM (as host_check saw it) lacks for the harness, in words; None if nothing.
+    gpus: the slice file's count for it, None without a slice file."""
+    version = tuple(int(x) for x in facts["python"].split(".")[:2])
+    if version < MIN_PYTHON:
+        return (f"Python {facts['python']} at {facts['executable']}; the harness needs "
+                f"{'.'.join(map(str, MIN_PYTHON))}+ (name another with python = ... in the hosts file)")
+    if facts["missing"]:
+        return (f"{facts['executable']} lacks {', '.join(facts['missing'])} "
+                "(install them for it, or name another python in the hosts file)")
+    if platform != "gpu":
+        return None
+    what = f"{facts['gpus']} GPUs" + (f" ({', '.join(facts['gpu_names'])})" if facts["gpu_names"] else
+                                       f" ({facts['gpu_problem']})" if facts["gpu_problem"] else "")
+    if gpus is not None and facts["gpus"] != gpus:
+        return f"{what}, but slice {slice_name} gives it {gpus}"
+    if facts["gpus"] == 0:
+        return f"{what}, and the platform is gpu (use --platform cpu to run on its CPU)"
+    return None
 
 
 # 2. install -------------------------------------------------------------------------------------

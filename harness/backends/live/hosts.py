@@ -111,10 +111,14 @@ def load(path: str) -> Hosts:
         if sl and name != sl.vms[i].name:
             raise BadInput(f"{source}: field 'host[{i}].name' is {name!r}, but VM {i + 1} of slice {sl.name} "
                            f"is {sl.vms[i].name!r}")
+        data_address = entry.get("data_address", entry["address"])
+        if ":" in data_address:  # Ray's addresses are host:port, and so is the inventory's ray_address
+            raise BadInput(f"{source}: host[{i}]: the VMs reach each other by IPv4 address or host name, got "
+                           f"{data_address!r}: give data_address (on FABRIC, the FABNetv4 address)")
         key = _path(given("key"))
         jump = given("jump")
         hosts.append(Host(name=name, ssh=Target(entry["address"], entry.get("port", 22), given("user"), key),
-                          data_address=entry.get("data_address", entry["address"]),
+                          data_address=data_address,
                           python=given("python", "python3"),
                           workdir=given("workdir", DEFAULT_WORKDIR).replace("{vm}", name),
                           jump=Target.parse(jump, _path(given("jump_key")) or key) if jump else None))
