@@ -97,6 +97,8 @@ def test_links_more_than_five_percent_off_are_flagged():
     slow = links.Link(vm1, vm2, want, 0.5 * 10e9 / 8)
     links.held_against([slow], rated)
     assert slow.off == [f"{vm1}-{vm2}: one flow's rate 5 Gbit/s measured, the slice file gives 10 (-50%)"]
+    unmeasured = links.held_against([links.Link(vm1, vm2, want, None)], rated)[0]
+    assert unmeasured.off == [f"{vm1}-{vm2}: one flow's rate not measured, the slice file gives 10 Gbit/s"]
     assert links.held_against([links.Link(vm1, vm2, 99.0, None)], None)[0].off == []  # nothing to hold it against
 
 

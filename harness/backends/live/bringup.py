@@ -63,7 +63,8 @@ def build_wheel(into: str) -> str:
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", into, str(root)],
                             capture_output=True, text=True)
     if result.returncode:
-        raise RuntimeError(f"building the harness's wheel failed: {result.stderr.strip().splitlines()[-1:]}")
+        said = result.stderr.strip().splitlines()
+        raise RuntimeError(f"building the harness's wheel failed: {said[-1] if said else f'exit status {result.returncode}'}")
     [wheel] = Path(into).glob("fabric_harness-*.whl")
     return str(wheel)
 
@@ -195,7 +196,7 @@ async def _up(hosts: Hosts, platform: str, wheel: str | None) -> dict:
                 token = secrets.token_hex(32)
                 started = True
                 await ssh.each(opened, "installed", lambda s: install(s, wheel, facts[opened.index(s)], token))
-            measured = links.held_against(await links.measure(opened, lambda s: venv_python(s.host)), hosts.slice)
+            measured = await _measured(opened, hosts)
             timeouts = links.timeouts(measured)
             await start_ray(opened, platform, facts, timeouts)
         except BaseException:
@@ -243,13 +244,18 @@ def down(hosts: Hosts) -> list[int]:
     return asyncio.run(run())
 
 
+async def _measured(opened: list[ssh.Session], hosts: Hosts) -> list:
+    """Every pair, measured by the harness up installed, held against the hosts' slice file."""
+    return links.held_against(await links.measure(opened, lambda s: venv_python(s.host)), hosts.slice)
+
+
 def measure_links(hosts: Hosts) -> list:
     """Every pair of the hosts' VMs, measured now by the harness `live up` installed, and held
     against their slice file."""
     async def run():
         opened = await ssh.sessions(hosts)
         try:
-            return links.held_against(await links.measure(opened, lambda s: venv_python(s.host)), hosts.slice)
+            return await _measured(opened, hosts)
         finally:
             await ssh.close_all(opened)
     return asyncio.run(run())
