@@ -18,12 +18,18 @@ def block_params(cfg: GPTConfig) -> int:
     return layer_norms + attention + mlp  # = 12 h^2 + 13 h
 
 
+def block_tensor_sizes(cfg: GPTConfig) -> list[int]:
+    """Elements of each of a block's 12 tensors, in the model's order."""
+    h = cfg.n_embd
+    return [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h]
+
+
 def tensor_sizes(cfg: GPTConfig, scanned: bool = False) -> list[int]:
     """Elements of each parameter tensor: the embeddings, each block's 12 tensors, the final
     LayerNorm. Unscanned, one layer after another, as Alpa's GPT-2 in the paper holds them; scanned,
     each block tensor stacked over the layers, as this suite's model holds them."""
     h = cfg.n_embd
-    block = [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h]
+    block = block_tensor_sizes(cfg)
     blocks = [cfg.n_layer * n for n in block] if scanned else block * cfg.n_layer
     head = [] if cfg.tie_embeddings else [cfg.vocab_size * h]
     return [cfg.vocab_size * h, cfg.n_positions * h] + blocks + [h, h] + head

@@ -13,7 +13,8 @@ import jax
 from harness.core import data, train
 from harness.core.config import GPTConfig, TrainConfig
 from harness.techniques import ClusterShape, technique
-from harness.techniques.shard_parallel import IntraOpPlan
+from harness.techniques.shard_latency_aware import IntraOpPlan
+from harness.techniques.shard_parallel import AlpaPlan
 
 
 @dataclass
@@ -38,9 +39,10 @@ class Job:
 
 def technique_options(job: Job) -> dict:
     options = dict(job.options)
-    if isinstance(options.get("plan"), dict):  # a Shard plan sent as data
-        p = options["plan"]
-        options["plan"] = IntraOpPlan(tuple(p["data"]), tuple(p["tensor"]), p["shard_optimizer"])
+    p = options.get("plan")
+    if isinstance(p, dict):  # a Shard plan sent as data: Alpa's, or the latency-aware planner's
+        options["plan"] = AlpaPlan(**p) if "blocks" in p else IntraOpPlan(tuple(p["data"]), tuple(p["tensor"]),
+                                                                           p["shard_optimizer"])
     return options
 
 
