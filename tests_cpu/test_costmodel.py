@@ -103,19 +103,17 @@ def test_every_step_grows_with_rtt_and_is_the_sum_of_its_terms(name, rtt_a, extr
         assert near.step_s == pytest.approx(sum(near.terms.values()))
 
 
-def test_at_paper_scale_pipeshard_leads_and_data_follows_on_every_two_site_slice():
-    """C2's order, predicted on Alpa's wire: Pipeshard, then Data, ahead of ZeRO2 and Shard on every
-    two-site slice of Table I, and Pipeshard's step grows least from TACC-TACC's RTT to GAT-AMST's.
-    Where Shard falls against ZeRO2 rests on the plan Alpa's solver picks at a batch the paper does
-    not state (shard_parallel.solve), so it is the model's finding to report, not asserted here."""
+def test_at_paper_scale_the_two_site_order_is_the_papers():
+    """C2's order, predicted: Pipeshard < Data < ZeRO2 < Shard on every two-site slice of Table I,
+    and Pipeshard's step grows least from TACC-TACC's RTT to GAT-AMST's."""
     for sl in slices.table_i()[1:]:
         vms = tuple(vm.name for vm in sl.vms)
         steps = {t: costmodel.predict(t, sl, vms, GPT2M).step_s for t in ("Pipeshard", "Data", "ZeRO2", "Shard")}
-        assert steps["Pipeshard"] < steps["Data"] < min(steps["ZeRO2"], steps["Shard"]), f"{sl.name}: {steps}"
+        assert list(steps) == sorted(steps, key=steps.get), f"{sl.name}: {steps}"
     near, far = slices.load("TACC-TACC"), slices.load("GAT-AMST")
     growth = {t: costmodel.predict(t, far, ("vm1", "vm2"), GPT2M).step_s
               - costmodel.predict(t, near, ("vm1", "vm2"), GPT2M).step_s for t in ("Pipeshard", "Data", "ZeRO2", "Shard")}
-    assert min(growth, key=growth.get) == "Pipeshard"
+    assert min(growth, key=growth.get) == "Pipeshard" and max(growth, key=growth.get) == "Shard"
 
 
 def test_zero2_as_alpa_compiled_it_is_slower_than_data_on_every_slice_and_more_so_as_the_rtt_grows():

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow  # runs trials for the inference command
 
 
 def S(batch_per_gpu: int, micro_batches: int) -> Setup:
-    return Setup(batch_per_gpu, micro_batches, remat=False)
+    return Setup(batch_per_gpu, micro_batches, remat=False, alpa_shard=True)
 
 
 def result(setup: Setup, wrong: set, verdicts: dict) -> infer.SetupResult:

@@ -17,13 +17,13 @@ from harness.platform.hardware import GiB
 from harness.runs import records
 from harness.techniques import ClusterShape
 from harness.techniques.pipeshard_stages import in_flight, own_parameters, stage_programs
-from harness.techniques.shard_latency_aware import NAME as LATENCY_AWARE
+from harness.techniques.shard_alpa import NAME as ALPA_SHARD
 from tests_cpu import slice_files
 
 pytestmark = pytest.mark.slow  # compiles every technique's programs at paper scale
 
 # The memory command's defaults (Alpa's example), which the fixture below runs with.
-COMMAND = Setup(batch_per_gpu=8, remat=False)
+COMMAND = Setup(batch_per_gpu=8, remat=False, alpa_shard=False)
 
 
 def harness(*args):
@@ -41,9 +41,9 @@ def utah_gpn_4_gpus():
 def test_memory_command_gives_one_record_per_technique(utah_gpn_4_gpus):
     doc = utah_gpn_4_gpus
     assert doc["assumptions"] == {"batch_per_gpu": 8, "micro_batches": 4, "precision": "float32", "remat": False,
-                                   "pipeline_schedule": "1f1b", "seq_len": None}
+                                   "alpa_shard": False, "pipeline_schedule": "1f1b", "seq_len": None}
     recs = [records.validate(r) for r in doc["records"]]
-    assert [r["technique"] for r in recs] == ["Data", "ZeRO2", "Shard", "Pipeshard", LATENCY_AWARE]
+    assert [r["technique"] for r in recs] == ["Data", "ZeRO2", "Shard", "Pipeshard", ALPA_SHARD]
     for r in recs:
         assert r["cluster"]["slice"] == "UTAH-GPN" and r["cluster"]["vms_used"] == ["vm1", "vm2"]
         assert r["memory"]["bytes_per_device"] > 1e9 and r["memory"]["source"].startswith("xla-cpu")
@@ -55,9 +55,8 @@ def test_memory_command_gives_one_record_per_technique(utah_gpn_4_gpus):
 def test_zero2_needs_less_than_data(utah_gpn_4_gpus):
     need = {r["technique"]: r["memory"]["bytes_per_device"] for r in utah_gpn_4_gpus["records"]}
     assert need["ZeRO2"] < need["Data"]
-    plan = {r["technique"]: r["plan"] for r in utah_gpn_4_gpus["records"]}
-    assert "chosen as Alpa solves it" in plan["Shard"]
-    assert "cheapest by the cost model" in plan[LATENCY_AWARE] and "estimated step" in plan[LATENCY_AWARE]
+    shard = next(r for r in utah_gpn_4_gpus["records"] if r["technique"] == "Shard")
+    assert "cheapest by the cost model" in shard["plan"] and "estimated step" in shard["plan"]
 
 
 def test_verdicts_move_with_precision_and_batch():
@@ -146,11 +145,10 @@ def test_memory_bad_input_is_one_line(args, message):
 
 
 def test_shard_that_no_plan_fits_is_out_of_memory_not_an_error():
-    """On UTAH-GPN's T4 VM no plan of the latency-aware Shard (which plans within the GPU's memory)
-    fits gpt2m at 8 sequences per GPU. The planner runs the plan that needs the least and the
-    analysis finds it out of memory, as it does Data there; it once failed as if the user had asked
-    for something impossible."""
-    on_vm2 = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 2, COMMAND, techniques=(LATENCY_AWARE,))[1]
+    """On UTAH-GPN's T4 VM no Shard plan fits gpt2m at 8 sequences per GPU. The planner runs the
+    plan that needs the least and the analysis finds it out of memory, as it does Data there;
+    it once failed as if the user had asked for something impossible."""
+    on_vm2 = analyse(slices.load("UTAH-GPN"), model_config("gpt2m"), 2, COMMAND, techniques=("Shard",))[1]
     assert on_vm2["cluster"]["vms_used"] == ["vm2"] and on_vm2["status"] == "oom", on_vm2["reason"]
     assert "none fits the device's memory: the one that needs the least" in on_vm2["plan"]
     assert "vm2's T4 has 16 GiB" in on_vm2["reason"] and on_vm2["memory"]["bytes_per_device"] > 16 * GiB

@@ -1,4 +1,4 @@
-"""Shard's plan as Alpa's solver picks it (harness.techniques.shard_parallel.solve): communication
+"""Shard's plan as Alpa's solver picks it (harness.techniques.shard_alpa.solve): communication
 only, at Alpa's constants, on one flat axis of every GPU, one microbatch against one gradient sync."""
 import dataclasses
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from harness.core.config import GPTConfig, Setup, model_config
 from harness.errors import BadInput
-from harness.techniques.shard_parallel import DATA, TENSOR, VOCAB, AlpaPlan, all_reduce_cost, solve
+from harness.techniques.shard_alpa import DATA, TENSOR, VOCAB, AlpaPlan, all_reduce_cost, solve
 
 
 def plan(cfg, gpus, micro_batch, seq):

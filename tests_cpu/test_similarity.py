@@ -97,7 +97,7 @@ def test_scale_similar_has_gpt2ms_geometry_at_its_trial_batch_and_scale_small_ha
 def test_on_a_measured_calibration_scale_similar_matches_the_groups_that_geometry_sets():
     """On the shipped similarity baseline's calibration (this machine's devices and gloo link), the
     link solved for scale-similar gives Data, ZeRO2 and Pipeshard the paper's latency groups within
-    SIMILAR on every Table I slice; for scale-small Pipeshard's is further off, by its gradients
+    SIMILAR on every Table I slice; for scale-small Pipeshard's is off further, by its gradients
     per microbatch of activations. Shard's groups and the bandwidth groups are set by the
     calibrated collectives' fixed cost, not by the model's geometry (similarity.md of a run)."""
     recs = [json.loads(line) for line in resources.path("baselines", "quick-similarity", "calibration.jsonl")
@@ -116,4 +116,4 @@ def test_on_a_measured_calibration_scale_similar_matches_the_groups_that_geometr
                 if s.target[t]["latency"] >= similarity.NEGLIGIBLE:
                     worst[name, t] = max(worst.get((name, t), 1.0), s.ratio(t, "latency"))
     assert all(worst["scale-similar", t] <= SIMILAR for t in ("Data", "ZeRO2", "Pipeshard")), worst
-    assert worst["scale-small", "Pipeshard"] > worst["scale-similar", "Pipeshard"], worst
+    assert worst["scale-small", "Pipeshard"] > SIMILAR, worst

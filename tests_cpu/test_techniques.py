@@ -18,9 +18,9 @@ from harness.core.flops import param_count
 from harness.errors import BadInput
 from harness.techniques import TECHNIQUES, ClusterShape, buckets, technique
 from harness.techniques.pipeshard_stages import balance
-from harness.techniques.shard_latency_aware import NAME as LATENCY_AWARE
-from harness.techniques.shard_latency_aware import IntraOpPlan, choose, estimate
-from harness.techniques.shard_parallel import PLANS, AlpaPlan
+from harness.techniques.shard_alpa import NAME as ALPA_SHARD
+from harness.techniques.shard_alpa import PLANS, AlpaPlan
+from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, SHAPES, TRAIN, UNTIED
 
 pytestmark = pytest.mark.slow  # compiles and trains every technique on four devices
@@ -38,7 +38,7 @@ def test_one_process_matches_single_device(name, shape, packed, reference):
     np.testing.assert_allclose(losses, reference[MODEL.name + "True"], rtol=RTOL)
 
 
-@pytest.mark.parametrize("name", ["Data", "ZeRO2", "Shard"])
+@pytest.mark.parametrize("name", ["Data", "ZeRO2", ALPA_SHARD])
 def test_combined_buckets_match_single_device(name, packed, reference):
     np.testing.assert_allclose(run_in_process(name, MODEL, (2, 2), packed, combine=True),
                                reference[MODEL.name + "True"], rtol=RTOL)
@@ -75,25 +75,25 @@ def test_pipeshard_with_rematerialisation_matches(packed, reference):
 
 @pytest.mark.parametrize("cfg", [MODEL, UNTIED], ids=["tied", "untied"])
 @pytest.mark.parametrize("blocks, vocab", PLANS, ids=lambda x: x)
-def test_shard_matches_in_every_plan_alpas_solver_can_pick(blocks, vocab, cfg, packed, reference):
+def test_alpas_shard_matches_in_every_plan_its_solver_can_pick(blocks, vocab, cfg, packed, reference):
     """Each plan its step runs, tied head or not: the blocks split by the batch or by heads and
     hidden units over all four GPUs, the vocabulary matrices by the batch or by the vocabulary."""
-    np.testing.assert_allclose(run_in_process("Shard", cfg, (2, 2), packed, plan=AlpaPlan(blocks, vocab)),
+    np.testing.assert_allclose(run_in_process(ALPA_SHARD, cfg, (2, 2), packed, plan=AlpaPlan(blocks, vocab)),
                                reference[cfg.name + str(cfg.tie_embeddings)], rtol=RTOL)
 
 
-def test_shard_pads_a_vocabulary_the_gpus_do_not_divide(packed):
+def test_alpas_shard_pads_a_vocabulary_the_gpus_do_not_divide(packed):
     """gpt2m's 50257 words on four GPUs: the padded rows are no words (no probability, no gradient)."""
     odd = dataclasses.replace(MODEL, vocab_size=MODEL.vocab_size - 3)
     words = dataclasses.replace(packed, blocks=packed.blocks % odd.vocab_size)
     single = train.train(odd, TRAIN, words).losses
-    np.testing.assert_allclose(run_in_process("Shard", odd, (2, 2), words, plan=AlpaPlan("data", "vocab")), single,
+    np.testing.assert_allclose(run_in_process(ALPA_SHARD, odd, (2, 2), words, plan=AlpaPlan("data", "vocab")), single,
                                rtol=RTOL)
 
 
-def test_latency_aware_shard_with_tensor_parallel_plan_matches(packed, reference):
+def test_shard_with_tensor_parallel_plan_matches(packed, reference):
     plan = IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=True)
-    np.testing.assert_allclose(run_in_process(LATENCY_AWARE, MODEL, (2, 2), packed, plan=plan),
+    np.testing.assert_allclose(run_in_process("Shard", MODEL, (2, 2), packed, plan=plan),
                                reference[MODEL.name + "True"], rtol=RTOL)
 
 
@@ -164,10 +164,10 @@ def test_buckets_are_consecutive_and_stay_under_the_threshold():
 
 
 def test_shard_runs_collectives_inside_the_layers_on_the_tensor_axis():
-    inside_vm, dph = collectives_of(LATENCY_AWARE, plan=IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=False))
+    inside_vm, dph = collectives_of("Shard", plan=IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=False))
     in_layers = [c for c in inside_vm if c.in_loop and c.elements == TRAIN.batch_size // 2 * TRAIN.seq_len * 32]
     assert in_layers and not any(c.crosses_hosts(dph) for c in in_layers)  # tensor axis inside the VM
-    across, _ = collectives_of(LATENCY_AWARE, plan=IntraOpPlan(data=(1, 2), tensor=(2, 1), shard_optimizer=False))
+    across, _ = collectives_of("Shard", plan=IntraOpPlan(data=(1, 2), tensor=(2, 1), shard_optimizer=False))
     in_layers = [c for c in across if c.in_loop and c.op == "all-reduce"]
     assert in_layers and all(c.crosses_hosts(dph) for c in in_layers)  # tensor axis across the VMs
 
@@ -211,7 +211,7 @@ def test_zero2_keeps_a_quarter_of_datas_optimizer_state_on_four_devices():
     ("Pipeshard", {}, (5, 1), "Pipeshard: 5 stages (one per VM) but model conformance has only 4 layers"),
     ("Pipeshard", {"micro_batches": 3}, (2, 2), "batch 8 is not divisible by microbatches 3"),
     ("Pipeshard", {"micro_batches": 4}, (2, 4), "microbatch 2 is not divisible by devices per VM 4"),
-    (LATENCY_AWARE, {"plan": IntraOpPlan((1, 1), (1, 3), False)}, (1, 3), "tensor axis 3 does not divide n_head 4"),
+    ("Shard", {"plan": IntraOpPlan((1, 1), (1, 3), False)}, (1, 3), "tensor axis 3 does not divide n_head 4"),
 ])
 def test_bad_shapes_are_rejected_naming_the_numbers(name, options, shape, message):
     with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -219,7 +219,7 @@ def test_bad_shapes_are_rejected_naming_the_numbers(name, options, shape, messag
 
 
 def test_unknown_technique():
-    with pytest.raises(BadInput, match="unknown technique 'FSDP'; expected one of Data, ZeRO2, Shard, Pipeshard, Shard-latency-aware"):
+    with pytest.raises(BadInput, match="unknown technique 'FSDP'; expected one of Data, ZeRO2, Shard, Pipeshard, Shard-alpa"):
         technique("FSDP")
 
 

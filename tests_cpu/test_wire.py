@@ -10,7 +10,8 @@ from harness.analysis.netmodel import Network
 from harness.core import model
 from harness.techniques import ClusterShape, technique
 from harness.techniques.contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, RING_PASS, SCALAR, SEND, Step
-from harness.techniques.shard_parallel import solve
+from harness.techniques.shard_alpa import NAME as ALPA_SHARD
+from harness.techniques.shard_alpa import solve
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, TRAIN
 
 pytestmark = pytest.mark.slow  # compiles every technique's step to read its HLO
@@ -20,7 +21,7 @@ HLO_OP = {ALL_REDUCE: "all-reduce", REDUCE_SCATTER: "reduce-scatter", ALL_GATHER
           SEND: "collective-permute", RING_PASS: "collective-permute"}
 
 
-# Shard in each plan Alpa's solver picks (shard_parallel.solve) for the conformance setup's
+# Alpa's Shard in each plan its solver picks (shard_alpa.solve) for the conformance setup's
 # microbatch: three layers, so that no stacked tensor of the model has a microbatch's size.
 SHARD_MODELS = {"data/vocab": dataclasses.replace(MODEL, n_layer=3),
                 "tensor/vocab": dataclasses.replace(MODEL, n_layer=3, n_embd=64),
@@ -83,7 +84,7 @@ def test_shard_sends_activations_in_every_microbatch_and_gradients_once_per_step
     """Alpa's Shard: inside the microbatch loop only what one microbatch's activations need (the
     first microbatch, which seeds the sum, runs before the loop), the gradients after it. XLA may
     combine collectives of one kind, so bytes are compared kind by kind."""
-    wire, compiled = wire_and_hlo("Shard", SHARD_M, combine, SHARD_MODELS[plan], SHARD_TRAIN)
+    wire, compiled = wire_and_hlo(ALPA_SHARD, SHARD_M, combine, SHARD_MODELS[plan], SHARD_TRAIN)
     assert {HLO_OP[c.kind] for c in wire} == {c.op for c in compiled}
     one_microbatch, per_step = {}, {}
     for c in wire:

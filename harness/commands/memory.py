@@ -75,7 +75,7 @@ def run(args) -> tuple[int, dict]:
     model = args.model or ("all" if args.infer else "gpt2m")
     models = [model_config(m) for m in (PAPER_MODELS if model == "all" else [model])]
     chosen = slices.table_i() if not args.slice or args.slice == ["all"] else [slices.load(s) for s in args.slice]
-    assumptions = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat,
+    assumptions = Setup(args.batch_per_gpu, args.micro_batches, args.precision, remat=args.remat, alpa_shard=False,
                         pipeline_schedule=args.pipeline_schedule)
     for name, value in (("--batch-per-gpu", args.batch_per_gpu), ("--micro-batches", args.micro_batches)):
         if value < 1:

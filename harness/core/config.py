@@ -143,19 +143,22 @@ class Setup:
     are the memory claims' setup: 4 sequences per GPU, the largest power of two at which gpt2m with
     Data fits the T4s of UTAH-GPN and TACC-TACC as the paper ran it (8, Alpa's example, does not:
     `python -m harness memory --batch-per-gpu 8` gives by how much); 4 microbatches and float32, Alpa's example defaults; Pipeshard as Alpa's
-    PipeshardParallel runs by default: the 1F1B schedule, no rematerialisation. `python -m harness memory --infer` shows which setups reproduce
+    PipeshardParallel runs by default: the 1F1B schedule, no rematerialisation; Shard planned as
+    Alpa's ShardParallel plans. `python -m harness memory --infer` shows which setups reproduce
     the paper's observed runs (infer.py)."""
     batch_per_gpu: int = 4
     micro_batches: int = 4
     precision: str = "float32"
     remat: bool = False  # Pipeshard recomputes stage activations in the backward pass
+    alpa_shard: bool = True  # Shard plans as Alpa's: uniform mesh, no memory budget
     pipeline_schedule: str = "1f1b"  # Pipeshard's, for memory: Alpa's default; or "gpipe"
     seq_len: int | None = None  # default: the model's n_positions
 
     def __str__(self) -> str:
         return (f"{self.batch_per_gpu} sequences per GPU, {self.micro_batches} microbatches, {self.precision}"
                 + f", Pipeshard's {self.pipeline_schedule} schedule"
-                + (" with rematerialisation" if self.remat else ""))
+                + (" with rematerialisation" if self.remat else "")
+                + (", Shard planned as Alpa's (uniform mesh, no memory budget)" if self.alpa_shard else ""))
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ def label(a: Setup) -> str:
 def space(batches=BATCHES, micro_batches=MICRO_BATCHES, precisions=PRECISIONS, remats=REMATS,
           schedule: str = "1f1b") -> list[Setup]:
     """Every combination whose microbatches divide the batch (Data and ZeRO2 split each GPU's
-    sequences into whole microbatches)."""
-    return [Setup(b, m, p, remat=r, pipeline_schedule=schedule)
+    sequences into whole microbatches); Shard planned as Alpa plans it."""
+    return [Setup(b, m, p, remat=r, alpa_shard=True, pipeline_schedule=schedule)
             for b, m, p, r in itertools.product(batches, micro_batches, precisions, remats) if b % m == 0]
 
 

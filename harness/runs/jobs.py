@@ -13,8 +13,8 @@ import jax
 from harness.core import data, train
 from harness.core.config import GPTConfig, TrainConfig
 from harness.techniques import ClusterShape, technique
-from harness.techniques.shard_latency_aware import IntraOpPlan
-from harness.techniques.shard_parallel import AlpaPlan
+from harness.techniques.shard_alpa import AlpaPlan
+from harness.techniques.shard_parallel import IntraOpPlan
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Job:
 def technique_options(job: Job) -> dict:
     options = dict(job.options)
     p = options.get("plan")
-    if isinstance(p, dict):  # a Shard plan sent as data: Alpa's, or the latency-aware planner's
+    if isinstance(p, dict):  # a Shard plan sent as data: this suite's planner's, or Alpa's (Shard-alpa)
         options["plan"] = AlpaPlan(**p) if "blocks" in p else IntraOpPlan(tuple(p["data"]), tuple(p["tensor"]),
                                                                            p["shard_optimizer"])
     return options

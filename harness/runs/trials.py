@@ -131,7 +131,7 @@ class Runner:
     def job(self, trial: Trial) -> Job:
         hosts, devices = self.shape(trial)
         options = {"micro_batches": self.budget.micro_batches}
-        if trial.technique in (Technique.DATA, Technique.ZERO2, Technique.SHARD):
+        if trial.technique in (Technique.DATA, Technique.ZERO2):
             options["combine"] = self.budget.combine
         return Job(trial.technique, dataclasses.asdict(self.model_cfg), hosts, devices,
                    train=dataclasses.asdict(self.train_config(trial)), options=options,

@@ -101,7 +101,7 @@ def activations(cfg: GPTConfig, micro_batch: float, seq: int, value: int, tensor
                 layers: float | None = None) -> float:
     """Bytes one device keeps for the backward pass of one microbatch: per layer s b (5 h + 12 h / t)
     + 2.5 a s^2 b / t values (Korthikanti et al. 2022, without dropout masks, split by tensor
-    parallelism t; the same rule the latency-aware Shard plans with), plus the logits and their gradient."""
+    parallelism t; the same rule shard_parallel plans with), plus the logits and their gradient."""
     layers = cfg.n_layer if layers is None else layers
     h, a = cfg.n_embd, cfg.n_head
     per_layer = seq * micro_batch * (5 * h + 12 * h / tensor) + 2.5 * a * seq**2 * micro_batch / tensor

@@ -1,366 +1,251 @@
-"""Shard: intra-operator parallelism as alpa.ShardParallel planned and ran it for the paper.
+"""Shard: intra-operator (SPMD) parallelism chosen automatically, as alpa.ShardParallel.
 
-Alpa's ShardParallel flattens the cluster's (VMs, GPUs) mesh into one axis of all N GPUs, and its
-auto-sharding solver (an ILP over every operator's sharding) prices communication only, with the
-alpha-beta constants below: the host boundary and the link's latency are invisible to it, and it
-sees one microbatch of activation traffic against one whole gradient sync. It may not replicate
-a matmul (allow_recompute_heavy_op is off), so every matmul is split over all N GPUs: by the batch
-(its weight's gradient then needs an all-reduce) or by the weight (its activations then need
-collectives in every microbatch).
-
-For a GPT the ILP's choice comes down to two decisions, which `solve` prices as the ILP does:
-- the blocks: split by the batch (gradient sync of 12 h^2 values a block) or Megatron-style by
-  heads and hidden units (four all-reduces of the microbatch's activations a block). Mixing the
-  two inside a block adds resharding (an all-gather and a reduce-scatter of the activations at each
-  change) and is never cheaper than the better of the two at Alpa's constants;
-- the vocabulary-sized matrices (the tied embedding and head): split by the batch (a gradient
-  sync of V h values) or by the vocabulary (the activations gathered for the head, the lookup's
-  rows reduce-scattered, and three all-reduces of one value per token for the cross-entropy).
-  With tensor-split blocks the activations are already on every GPU, so only the vocabulary split
-  is offered there: a batch-split head would have to be cheaper than a few per-token values,
-  which takes a vocabulary smaller than the width.
-
-The step runs as Alpa's did: each microbatch's activation collectives inside the microbatch loop,
-the gradients of everything split by the batch summed once per step after the last microbatch
-(Alpa's gradient-accumulation rewrite), one all-reduce per tensor as the grouped NCCL call sends
-them (or in buckets, `combine`), and the optimizer on each GPU's shard, the global norm summed
-across them. It is written per device (shard_map over the flattened axis), so every collective
-in its program is one named here.
-
-The suite's own planner, which sees the VMs and the link, is a separate technique
-(shard_latency_aware.py), outside the paper's claims.
+Alpa's auto-sharding solves an ILP over per-operator shardings. Here the search space is the
+one that matters for a GPT: the N devices are factorised into a data axis and a tensor axis
+(each of them made of a part of the VM axis and a part of the in-VM axis), and
+- the tensor axis splits attention by heads and the MLP by its hidden units, Megatron-style
+  (column split of qkv and fc, row split of the output projections), which costs two
+  all-reduces of activations per layer forward and two backward;
+- the data axis splits the batch, which costs an all-reduce of the gradients per step;
+- optionally Adam's moments are also split over the data axis (ZeRO-1 within the plan).
+Every plan is priced by an explicit cost model (compute + communication, each collective over
+the links it really crosses) and the cheapest that fits in device memory wins. GSPMD (jax.jit
+with these shardings) then inserts the collectives; the model code knows nothing of it.
 """
+import itertools
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import optax
-from flax import nnx
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from harness.analysis.netmodel import Links
 from harness.core import flops, model, optim
 from harness.core.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
-from harness.techniques import buckets
-from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
-from harness.techniques.contract import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    REDUCE_SCATTER,
-    SCALAR,
-    Collective,
-    Cost,
-    ParallelMethod,
-    Step,
-    activations,
-    register,
-)
+from harness.techniques.common import ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
+from harness.techniques.contract import ALL_REDUCE, Collective, Cost, ParallelMethod, Step, activations, register
 
-# Alpa's cost constants (alpa/device_mesh.py get_logical_mesh: mesh_alpha (1, 1), mesh_beta
-# (1, 0.1); LogicalDeviceMesh.flatten keeps the largest alpha and the smallest beta, so every pair
-# of GPUs costs what two GPUs of one host do) and its collectives' prices
-# (alpa/shard_parallel/auto_sharding.py, LogicalDeviceMesh.all_reduce_cost and siblings).
-ALPHA, BETA = 1.0, 0.1
+AXES = ("hosts_data", "hosts_tensor", "devices_data", "devices_tensor")
+DATA, TENSOR = ("hosts_data", "devices_data"), ("hosts_tensor", "devices_tensor")
 
-
-def all_reduce_cost(nbytes: float, n: int) -> float:
-    return ALPHA + BETA * 2 * (n - 1) / n * nbytes + 0.01
-
-
-def all_gather_cost(nbytes: float, n: int) -> float:
-    return ALPHA + BETA * (n - 1) / n * nbytes + 0.1
-
-
-def reduce_scatter_cost(nbytes: float, n: int) -> float:
-    return ALPHA + BETA * (n - 1) / n * nbytes + 0.001
-
-
-DATA, TENSOR, VOCAB = "data", "tensor", "vocab"
-PLANS = ((DATA, DATA), (DATA, VOCAB), (TENSOR, VOCAB))  # (blocks, vocabulary matrices)
+# Megatron column/row splits, by parameter path inside a block. Block parameters carry a leading
+# layer axis (None); qkv is [layer, embd, 3, heads, head_dim], the attention output [layer, heads,
+# head_dim, embd]. Everything not listed (embeddings, LayerNorms, output biases) is replicated.
+TENSOR_RULES = {
+    ("attn", "qkv", "kernel"): P(None, None, None, TENSOR, None),
+    ("attn", "qkv", "bias"): P(None, None, TENSOR, None),
+    ("attn", "proj", "kernel"): P(None, TENSOR, None, None),
+    ("mlp", "fc", "kernel"): P(None, None, TENSOR),
+    ("mlp", "fc", "bias"): P(None, TENSOR),
+    ("mlp", "proj", "kernel"): P(None, TENSOR, None),
+}
 
 
 @dataclass(frozen=True)
-class AlpaPlan:
-    blocks: str  # DATA: split by the batch; TENSOR: by heads and hidden units
-    vocab: str  # DATA: split by the batch; VOCAB: by the vocabulary
+class IntraOpPlan:
+    data: tuple[int, int]  # (part over VMs, part inside a VM)
+    tensor: tuple[int, int]
+    shard_optimizer: bool
 
-    def __post_init__(self):
-        if (self.blocks, self.vocab) not in PLANS:
-            raise BadInput(f"Shard plan blocks={self.blocks!r}, vocab={self.vocab!r}: expected one of "
-                           + ", ".join(f"{b}/{v}" for b, v in PLANS))
+    @property
+    def data_size(self) -> int:
+        return self.data[0] * self.data[1]
+
+    @property
+    def tensor_size(self) -> int:
+        return self.tensor[0] * self.tensor[1]
 
     def __str__(self) -> str:
-        blocks = "blocks split by the batch" if self.blocks == DATA else "blocks split by heads and hidden units"
-        vocab = "embedding and head split by the batch" if self.vocab == DATA else \
-            "embedding and head split by the vocabulary"
-        return f"{blocks}, {vocab}, over all GPUs as one axis"
+        def axis(name, size, hosts):
+            where = "across VMs" if hosts > 1 else "inside VMs"
+            return f"{name} {size}" + (f" ({where})" if size > 1 else "")
+
+        text = f"{axis('data', self.data_size, self.data[0])} x {axis('tensor', self.tensor_size, self.tensor[0])}"
+        return text + (", optimizer state split over data" if self.shard_optimizer else "")
 
 
-def vocab_matrices(cfg: GPTConfig) -> int:
-    return cfg.vocab_size * cfg.n_embd * (1 if cfg.tie_embeddings else 2)
+def candidate_plans(shape: ClusterShape) -> list[IntraOpPlan]:
+    """Every factorisation of hosts and of devices into data x tensor, with and without ZeRO-1."""
+    def splits(n):
+        return [(a, n // a) for a in range(1, n + 1) if n % a == 0]
+
+    return [IntraOpPlan((hd, dd), (ht, dt), zero)
+            for (hd, ht), (dd, dt), zero in itertools.product(splits(shape.hosts), splits(shape.devices_per_host),
+                                                             (False, True))
+            if not zero or hd * dd > 1]  # splitting the optimizer over a data axis of 1 is no plan
 
 
-def synced_sizes(cfg: GPTConfig, plan: AlpaPlan, scanned: bool = True) -> list[int]:
-    """Elements of each tensor whose gradient is summed across the GPUs once per step: whatever is
-    split by the batch. Scanned, each block tensor stacked over the layers, as this suite's model
-    holds them; unscanned, layer by layer, as Alpa's GPT-2 held them (and its buckets combine)."""
-    if plan.blocks == TENSOR:
-        return []  # everything not split is computed from activations every GPU holds whole
-    h, layers = cfg.n_embd, cfg.n_layer
-    blocks = [layers * n for n in flops.block_tensor_sizes(cfg)] if scanned else flops.block_tensor_sizes(cfg) * layers
-    vocab = [cfg.vocab_size * h] * (1 if cfg.tie_embeddings else 2) if plan.vocab == DATA else []
-    return vocab[:1] + [cfg.n_positions * h] + blocks + [h, h] + vocab[1:]
-
-
-def split_elements(cfg: GPTConfig, plan: AlpaPlan) -> int:
-    """Parameters held in parts, one per GPU."""
-    h = cfg.n_embd
-    tensor = cfg.n_layer * (12 * h * h + 3 * h + 4 * h) if plan.blocks == TENSOR else 0
-    return tensor + (vocab_matrices(cfg) if plan.vocab == VOCAB else 0)
-
-
-def solve(cfg: GPTConfig, n: int, micro_batch: float, seq: int, value: int = 4) -> tuple[AlpaPlan, dict]:
-    """The plan Alpa's solver picks on a flat mesh of n GPUs, with every plan's objective: one
-    microbatch of `micro_batch` sequences, communication only, at Alpa's constants. Ties go to
-    the batch split, the first in Alpa's strategy order."""
-    h, layers = cfg.n_embd, cfg.n_layer
-    act = micro_batch * seq * h * value
-    tokens = micro_batch * seq * SCALAR
-    objective = {}
-    for blocks, vocab in PLANS:
-        plan = AlpaPlan(blocks, vocab)
-        cost = sum(all_reduce_cost(4 * s, n) for s in synced_sizes(cfg, plan))
-        if blocks == TENSOR:
-            cost += 4 * layers * all_reduce_cost(act, n)
-        if vocab == VOCAB and blocks == DATA:
-            cost += 2 * all_gather_cost(tokens, n)  # the microbatch's token ids and targets
-            cost += 2 * (all_gather_cost(act, n) + reduce_scatter_cost(act, n))  # lookup rows, head input
-            cost += 3 * all_reduce_cost(tokens, n)  # cross-entropy: max, sum of exponentials, target logit
-        elif vocab == VOCAB:
-            cost += 2 * all_gather_cost(tokens, n) + 2 * all_reduce_cost(act, n) + 3 * all_reduce_cost(tokens, n)
-        objective[plan] = cost
-    return min(objective, key=objective.get), objective
-
-
-# Where each block tensor is split when the blocks are split by heads and hidden units (a leading
-# layer axis first): q, k and v by heads, the attention's output projection by its input heads,
-# the MLP's first layer by its outputs and its second by its inputs.
-TENSOR_SPLIT = {("attn", "qkv", "kernel"): 3, ("attn", "qkv", "bias"): 2, ("attn", "proj", "kernel"): 1,
-                ("mlp", "fc", "kernel"): 2, ("mlp", "fc", "bias"): 1, ("mlp", "proj", "kernel"): 1}
-
-
-def split_dim(path: tuple[str, ...], plan: AlpaPlan) -> int | None:
-    """The dimension of a parameter split over the GPUs, None where every GPU holds all of it."""
-    if plan.vocab == VOCAB and path[-2:] == ("wte", "embedding"):
-        return 0
-    if plan.vocab == VOCAB and path[-2:] == ("lm_head", "kernel"):
-        return 1
-    if plan.blocks == TENSOR and path[0] == "blocks":
-        return TENSOR_SPLIT.get(path[-3:])
+def plan_problem(plan: IntraOpPlan, model_cfg: GPTConfig, batch: int, micro_batches: int) -> str | None:
+    t = plan.tensor_size
+    if model_cfg.n_head % t:
+        return f"tensor axis {t} does not divide n_head {model_cfg.n_head}"
+    if batch % (plan.data_size * micro_batches):
+        return f"data axis {plan.data_size} x microbatches {micro_batches} does not divide batch {batch}"
     return None
 
 
-def spec_of(path: tuple[str, ...], ndim: int, plan: AlpaPlan) -> P:
-    dim = split_dim(path, plan)
-    return P() if dim is None else P(*[ALL if i == dim else None for i in range(ndim)])
+def estimate(plan: IntraOpPlan, model_cfg: GPTConfig, batch: int, seq_len: int, micro_batches: int,
+             links: Links, device_flops: float, bytes_per_value: int = 4) -> dict:
+    """Seconds per step (compute, tensor-parallel and data-parallel communication) and bytes per device."""
+    d, t, layers, h = plan.data_size, plan.tensor_size, model_cfg.n_layer, model_cfg.n_embd
+    total = flops.alpa_step_flops(model_cfg, batch, seq_len)
+    head = flops.head_flops(model_cfg, batch, seq_len)  # replicated over the tensor axis
+    compute = ((total - head) / (d * t) + head / d) / device_flops
+
+    block = flops.block_params(model_cfg)
+    other = flops.param_count(model_cfg) - layers * block
+    local_params = layers * block / t + other  # what one device holds and must keep in sync
+
+    activation = batch / d / micro_batches * seq_len * h * bytes_per_value
+    tensor_comm = 4 * layers * micro_batches * links.all_reduce_s(activation, *plan.tensor)
+    data_comm = links.all_reduce_s(local_params * bytes_per_value, *plan.data)
+
+    opt = 2 * local_params * bytes_per_value / (d if plan.shard_optimizer else 1)
+    b_local, heads = batch / d / micro_batches, model_cfg.n_head
+    # Activations kept for backward per layer (Korthikanti et al. 2022, in values, split by tensor parallelism).
+    acts = layers * seq_len * b_local * (5 * h + 12 * h / t) + layers * 2.5 * heads * seq_len**2 * b_local / t
+    memory = (2 * local_params * bytes_per_value + opt + acts * bytes_per_value)
+    return {"seconds": compute + tensor_comm + data_comm, "compute_s": compute, "tensor_comm_s": tensor_comm,
+            "data_comm_s": data_comm, "bytes_per_device": memory}
+
+
+def choose(shape: ClusterShape, model_cfg: GPTConfig, batch: int, seq_len: int, micro_batches: int,
+           links: Links, device_flops: float, device_memory: float | None = None) -> tuple[IntraOpPlan, dict, list]:
+    """The cheapest plan that fits, its estimate, and every plan considered with its estimate or problem.
+    When none fits device_memory, the plan that needs the least: a planner cannot make the model
+    fit, so the run (or the compile-only memory analysis) goes on to find it out of memory, as
+    every other technique's does, rather than fail as if the input were wrong."""
+    table = []
+    for plan in candidate_plans(shape):
+        problem = plan_problem(plan, model_cfg, batch, micro_batches)
+        est = None if problem else estimate(plan, model_cfg, batch, seq_len, micro_batches, links, device_flops)
+        if est and device_memory and est["bytes_per_device"] > device_memory:
+            problem = f"needs {est['bytes_per_device'] / 1e9:.1f} GB per device > {device_memory / 1e9:.1f} GB"
+        table.append((plan, est, problem))
+    feasible = [(plan, est) for plan, est, problem in table if problem is None]
+    if feasible:
+        plan, est = min(feasible, key=lambda pe: pe[1]["seconds"])
+        return plan, est, table
+    too_big = [(plan, est) for plan, est, _ in table if est]
+    if not too_big:
+        raise BadInput(f"Shard: no intra-op plan for {model_cfg.name} on {shape}: " + "; ".join(
+            f"{p}: {why}" for p, _, why in table))
+    plan, est = min(too_big, key=lambda pe: pe[1]["bytes_per_device"])
+    return plan, est, table
+
+
+def param_spec(path: tuple[str, ...], shape: tuple[int, ...], plan: IntraOpPlan, moments: bool) -> P:
+    spec = next((s for suffix, s in TENSOR_RULES.items() if path[-3:] == suffix and plan.tensor_size > 1), P())
+    if moments and plan.shard_optimizer and plan.data_size > 1:
+        # Split Adam's moments over the data axis too, along the first free dimension that divides.
+        dims = list(spec) + [None] * (len(shape) - len(spec))
+        for i, size in enumerate(shape):
+            if dims[i] is None and size % plan.data_size == 0:
+                dims[i] = DATA
+                return P(*dims)
+    return spec
 
 
 def dict_path(path) -> tuple[str, ...]:
     return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
 
 
-def padded_vocab(cfg: GPTConfig, n: int) -> int:
-    return -(-cfg.vocab_size // n) * n
-
-
 @register
 class ShardParallel(ParallelMethod):
     name = Technique.SHARD
 
-    def __init__(self, micro_batches: int = 1, combine: bool = False, plan: AlpaPlan | None = None):
-        """combine: the once-per-step gradient sync in 30 MiB buckets (as Data's); plan: a given
-        plan instead of the solver's."""
-        self.micro_batches, self.combine, self.plan = micro_batches, combine, plan
+    def __init__(self, micro_batches: int = 1, plan: IntraOpPlan | None = None, links: Links | None = None,
+                 device_flops: float = 1e12, device_memory: float | None = None):
+        self.micro_batches, self.plan, self.links = micro_batches, plan, links or Links()
+        self.device_flops, self.device_memory = device_flops, device_memory
 
-    def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int, seq: int | None = None) -> None:
-        n = shape.n_devices
-        check_divisible("batch", batch, n * self.micro_batches, "devices x microbatches")
-        plan = self.plan_for(model_cfg, n, batch, seq or model_cfg.n_positions)
-        if plan.blocks == TENSOR and model_cfg.n_head % n:
-            raise BadInput(f"Shard plan {plan}: {n} GPUs do not divide n_head {model_cfg.n_head}")
+    @classmethod
+    def configured(cls, setup, sl, vms) -> "ShardParallel":
+        """As Alpa plans (setup.alpa_shard): the uniform mesh, no memory budget; otherwise this
+        suite's planner, which sees the slice's RTT and its GPUs' speed and memory."""
+        if setup.alpa_shard:
+            return cls(micro_batches=setup.micro_batches)
+        gpus = [vm.accelerator for vm in sl.vms if vm.name in vms]
+        return cls(micro_batches=setup.micro_batches, links=Links.for_rtt(sl.rtt_ms),
+                   device_flops=min(g.peak_tflops(setup.precision) for g in gpus) * 1e12,
+                   device_memory=min(g.usable_bytes for g in gpus))
 
-    def plan_for(self, model_cfg: GPTConfig, n: int, batch: int, seq: int) -> AlpaPlan:
-        value = jnp.dtype(model_cfg.dtype).itemsize
-        return self.plan or solve(model_cfg, n, batch / self.micro_batches, seq, value)[0]
+    def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
+        check_divisible("batch", batch, self.micro_batches, "microbatches")
+        if self.plan:
+            problem = plan_problem(self.plan, model_cfg, batch, self.micro_batches)
+            if problem:
+                raise BadInput(f"Shard plan {self.plan}: {problem}")
 
     def build(self, model_cfg: GPTConfig, shape: ClusterShape, cfg: TrainConfig, total_steps: int,
               devices=None) -> Plan:
-        seq = cfg.resolved_seq_len(model_cfg)
-        self.validate(model_cfg, shape, cfg.batch_size, seq)
-        mesh, n, m = make_mesh(shape, devices), shape.n_devices, self.micro_batches
-        plan = self.plan_for(model_cfg, n, cfg.batch_size, seq)
-        vocab, rows = model_cfg.vocab_size, padded_vocab(model_cfg, n) if plan.vocab == VOCAB else model_cfg.vocab_size
-        graphdef, canonical = model.abstract_init(model_cfg)
-        dtype = jnp.dtype(model_cfg.dtype)
+        self.validate(model_cfg, shape, cfg.batch_size)
+        seq_len = cfg.resolved_seq_len(model_cfg)
+        if self.plan:
+            plan, considered, fits = self.plan, 1, True
+            est = estimate(plan, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links, self.device_flops)
+        else:
+            plan, est, table = choose(shape, model_cfg, cfg.batch_size, seq_len, self.micro_batches, self.links,
+                                      self.device_flops, self.device_memory)
+            considered = len(table)
+            fits = not self.device_memory or est["bytes_per_device"] <= self.device_memory
+        physical = make_mesh(shape, devices).devices
+        mesh = Mesh(physical.reshape(plan.data[0], plan.tensor[0], plan.data[1], plan.tensor[1]), AXES)
 
-        def layout(params):
-            """The vocabulary matrices padded with zero rows to a multiple of the GPUs."""
-            def pad(path, x):
-                dim = split_dim(dict_path(path), plan)
-                if plan.vocab != VOCAB or dict_path(path)[0] not in ("wte", "lm_head") or x.shape[dim] == rows:
-                    return x
-                widths = [(0, rows - x.shape[dim]) if i == dim else (0, 0) for i in range(x.ndim)]
-                return jnp.pad(x, widths)
-            return jax.tree_util.tree_map_with_path(pad, params)
-
-        abstract = jax.eval_shape(layout, canonical)
-        specs = jax.tree_util.tree_map_with_path(lambda p, x: spec_of(dict_path(p), x.ndim, plan), abstract)
+        graphdef, abstract = model.abstract_init(model_cfg)
         optimizer = optim.make(cfg, total_steps, abstract)
+        param_specs = jax.tree_util.tree_map_with_path(
+            lambda path, x: param_spec(dict_path(path), x.shape, plan, moments=False), abstract)
         opt_specs = jax.tree_util.tree_map_with_path(
-            lambda p, x: spec_of(dict_path(p), x.ndim, plan) if dict_path(p) else P(),
+            lambda path, x: param_spec(dict_path(path), x.shape, plan, moments=True) if dict_path(path) else P(),
             jax.eval_shape(optimizer.init, abstract))
-        synced = jax.tree_util.tree_map_with_path(
-            lambda p, _: plan.blocks == DATA and split_dim(dict_path(p), plan) is None, abstract)
-
-        def tables(params):
-            head = params["wte"]["embedding"] if model_cfg.tie_embeddings else params["lm_head"]["kernel"].T
-            return params["wte"]["embedding"], head
-
-        def vocab_part(n_rows):
-            """This GPU's first row of the vocabulary, and which of its rows are real words."""
-            first = jax.lax.axis_index(ALL) * n_rows
-            return first, first + jnp.arange(n_rows) < vocab
-
-        def lookup(table, ids):
-            """Rows of this GPU's part of the table for the ids given, zeros for the other GPUs' words."""
-            first, _ = vocab_part(table.shape[0])
-            local = ids - first
-            mine = (local >= 0) & (local < table.shape[0])
-            return jnp.where(mine[..., None], jnp.take(table, jnp.clip(local, 0, table.shape[0] - 1), axis=0), 0)
-
-        def cross_entropy(logits, targets):
-            """Mean cross-entropy over logits split by the vocabulary: three all-reduces of one value
-            per token (the largest logit, the sum of exponentials, the target's logit)."""
-            first, real = vocab_part(logits.shape[-1])
-            logits = jnp.where(real, logits, jnp.finfo(jnp.float32).min)
-            top = jax.lax.pmax(jax.lax.stop_gradient(logits.max(-1)), ALL)
-            total = jax.lax.psum(jnp.exp(logits - top[..., None]).sum(-1), ALL)
-            local = targets - first
-            mine = (local >= 0) & (local < logits.shape[-1])
-            picked = jnp.take_along_axis(logits, jnp.clip(local, 0, logits.shape[-1] - 1)[..., None], -1)[..., 0]
-            target = jax.lax.psum(jnp.where(mine, picked, 0.0), ALL)
-            return (jnp.log(total) + top - target).mean()
-
-        def tensor_blocks(blocks, x):
-            """The blocks split by heads and hidden units (Megatron's): each GPU computes its heads
-            and hidden units, and the two output projections' partial sums are all-reduced; the
-            backward pass all-reduces the gradient at each split's input (autodiff of the same)."""
-            def block(x, p):
-                a = p["attn"]
-                h = nnx.merge(ln_def, p["ln_1"])(x)
-                qkv = jnp.einsum("bse,ethd->bsthd", h, a["qkv"]["kernel"].astype(dtype)) + a["qkv"]["bias"].astype(dtype)
-                out = model.attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], model_cfg)
-                x = x + jax.lax.psum(jnp.einsum("bshd,hde->bse", out, a["proj"]["kernel"].astype(dtype)), ALL) \
-                    + a["proj"]["bias"].astype(dtype)
-                f = p["mlp"]
-                h = nnx.merge(ln_def, p["ln_2"])(x)
-                h = jax.nn.gelu(h @ f["fc"]["kernel"].astype(dtype) + f["fc"]["bias"].astype(dtype), approximate=True)
-                return x + jax.lax.psum(h @ f["proj"]["kernel"].astype(dtype), ALL) + f["proj"]["bias"].astype(dtype), None
-
-            if model_cfg.remat:
-                block = jax.checkpoint(block)
-            return jax.lax.scan(block, x, blocks)[0]
-
-        ln_def = nnx.graphdef(nnx.eval_shape(lambda: model.layer_norm(model_cfg, nnx.Rngs(0))))
-
-        def microbatch_loss(params, ids, targets):
-            """One microbatch, this GPU's rows of it: the loss and what autodiff needs."""
-            gpt = nnx.merge(graphdef, params)  # ln_f, positions and the data-split blocks, as the model runs them
-            wte, head = tables(params)
-            positions = params["wpe"]["embedding"][: ids.shape[-1]]
-            if plan.vocab == DATA:  # as Data: this GPU's rows through the whole model
-                x = (jnp.take(wte, ids, axis=0).astype(dtype) + positions).astype(dtype)
-                logits = jnp.einsum("bse,ve->bsv", gpt.ln_f(gpt.run_blocks(x)), head.astype(dtype)).astype(jnp.float32)
-                return model.token_losses(logits, targets).sum() / (ids.size * n)  # of the whole microbatch's tokens
-            every_id = jax.lax.all_gather(ids, ALL, tiled=True)
-            every_target = jax.lax.all_gather(targets, ALL, tiled=True)
-            rows = lookup(wte, every_id).astype(dtype)  # this GPU's words' rows, for every token
-            if plan.blocks == DATA:
-                x = jax.lax.psum_scatter(rows, ALL, scatter_dimension=0, tiled=True)  # this GPU's rows, summed
-                x = gpt.ln_f(gpt.run_blocks((x + positions).astype(dtype)))
-                x = jax.lax.all_gather(x, ALL, tiled=True)  # every token for the head
-            else:
-                x = (jax.lax.psum(rows, ALL) + positions).astype(dtype)
-                x = gpt.ln_f(tensor_blocks(params["blocks"], x))
-            logits = jnp.einsum("bse,ve->bsv", x, head.astype(dtype)).astype(jnp.float32)
-            return cross_entropy(logits, every_target)
-
-        def device_step(params, inputs, targets):
-            # What is split by the batch is kept per GPU ("varying"), so that its gradient is this
-            # GPU's part, summed below once per step, not by autodiff inside every microbatch.
-            local = jax.tree.map(lambda x, s: jax.lax.pcast(x, ALL, to="varying") if s else x, params, synced)
-            loss, grads = accumulate(jax.value_and_grad(microbatch_loss), local, inputs, targets, m)
-            sums = [g for g, s in zip(jax.tree.leaves(grads), jax.tree.leaves(synced)) if s]
-            sums = buckets.psum(sums, ALL) if self.combine else [jax.lax.psum(g, ALL) for g in sums]
-            leaves, treedef = jax.tree.flatten(grads)
-            it = iter(sums)
-            grads = jax.tree.unflatten(treedef, [next(it) if s else g for g, s in zip(leaves, jax.tree.leaves(synced))])
-            if plan.vocab == DATA:
-                loss = jax.lax.psum(loss, ALL)
-            return loss, grads
-
-        gradients = jax.shard_map(device_step, mesh=mesh, in_specs=(specs, P(ALL), P(ALL)), out_specs=(P(), specs))
+        batch_spec = P(DATA)
 
         def step(params, opt_state, inputs, targets):
-            # The optimizer runs on each GPU's shard of what is split; its global norm sums over them.
-            loss, grads = gradients(params, inputs, targets)
+            grad_fn = jax.value_and_grad(lambda p, x, y: model.loss_fn(graphdef, p, x, y))
+            loss, grads = accumulate(grad_fn, params, inputs, targets, self.micro_batches)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss
 
-        ps, os_, bs = shardings(mesh, specs), shardings(mesh, opt_specs), shardings(mesh, P(ALL))
+        ps, os_, bs = shardings(mesh, param_specs), shardings(mesh, opt_specs), shardings(mesh, batch_spec)
         return Plan(
-            technique=self.name, mesh=mesh, micro_batches=m,
-            layout=layout, param_specs=specs, opt_init=optimizer.init, opt_specs=opt_specs,
-            batch_layout=lambda x: x, batch_spec=P(ALL),
+            technique=self.name, mesh=mesh, micro_batches=self.micro_batches,
+            layout=lambda params: params, param_specs=param_specs,
+            opt_init=optimizer.init, opt_specs=opt_specs,
+            batch_layout=lambda x: x, batch_spec=batch_spec,
             step=jax.jit(step, in_shardings=(ps, os_, bs, bs), out_shardings=(ps, os_, shardings(mesh, P())),
                          donate_argnums=(0, 1)),
-            details={"plan": f"{plan} ({'given' if self.plan else 'chosen as Alpa solves it'})",
-                     "gradient sync": "once per step, after the last microbatch"
-                                      + (", in buckets of up to 30 MiB" if self.combine else ", tensor by tensor")},
+            details={"plan": str(plan) + (" (given)" if self.plan else " (cheapest by the cost model)" if fits
+                                          else " (none fits the device's memory: the one that needs the least)"),
+                     "estimated step": f"{est['seconds'] * 1e3:.2f} ms = compute {est['compute_s'] * 1e3:.2f} "
+                                       f"+ tensor comm {est['tensor_comm_s'] * 1e3:.2f} "
+                                       f"+ data comm {est['data_comm_s'] * 1e3:.2f}",
+                     "plans considered": considered},
         )
 
     @staticmethod
     def cost(s: Step) -> Cost:
-        """Alpa's plan for this step (`solve`): the activations' collectives in every microbatch,
-        the batch-split gradients summed once per step, all over every GPU of every VM used."""
-        cfg, m, n = s.cfg, s.m, s.gpus
-        plan, _ = solve(cfg, n, s.batch / m, s.seq, s.value)
-        everywhere, micro = (s.hosts, s.d), s.batch / m
-        act, tokens = micro * s.seq * cfg.n_embd * s.value, micro * s.seq * SCALAR
-        sizes = [4 * x for x in synced_sizes(cfg, plan, scanned=s.net.per_tensor)]
-        if not s.net.per_tensor:
-            sizes = [sum(sizes[i] for i in group) for group in buckets.plan(sizes, buckets.ALL_REDUCE_COMBINE_BYTES)]
-        wire = [Collective(ALL_REDUCE, tuple(sizes), everywhere, what="the batch-split gradients")] if sizes else []
-
-        def each_microbatch(kind, nbytes, times, what):
-            wire.append(Collective(kind, (nbytes,), everywhere, times=times * m, per_microbatch=True, what=what))
-
-        if plan.blocks == TENSOR:
-            each_microbatch(ALL_REDUCE, act, 4 * cfg.n_layer, "the blocks' activations and their gradients")
-        if plan.vocab == VOCAB:
-            each_microbatch(ALL_GATHER, tokens, 2, "the token ids and targets")
-            each_microbatch(ALL_REDUCE, tokens, 3, "the cross-entropy's largest logit, sum of exponentials and target")
-            if plan.blocks == DATA:
-                each_microbatch(REDUCE_SCATTER, act, 2, "the looked-up rows; the head's input gradient")
-                each_microbatch(ALL_GATHER, act, 2, "the head's input; the looked-up rows' gradient")
-            else:
-                each_microbatch(ALL_REDUCE, act, 2, "the looked-up rows; the head's input gradient")
-        scalars = ["the loss"] if plan.vocab == DATA else []  # split by the vocabulary, every GPU has it
-        split = split_elements(cfg, plan)
-        scalars += ["the gradients' norm, summed over the GPUs' parts"] if split else []
-        if scalars:
-            wire.append(Collective(ALL_REDUCE, (SCALAR,), everywhere, times=len(scalars), what=" and ".join(scalars)))
-        memory = 16 * (flops.param_count(cfg) - split + split / n) \
-            + activations(cfg, micro / (n if plan.blocks == DATA else 1), s.seq, s.value,
-                          n if plan.blocks == TENSOR else 1)
-        return Cost(s.total_flops / n / s.slowest, wire, memory, notes=[f"plan (Alpa's, on a flat mesh): {plan}"])
+        """Planned as Alpa plans it (the mesh seen as uniform): activations all-reduced four times
+        per layer and microbatch on the tensor axis, each parameter's gradient per layer and
+        microbatch on the data axis (GSPMD puts them inside the loops)."""
+        cfg, m = s.cfg, s.m
+        plan, _, _ = choose(ClusterShape(s.hosts, s.d), cfg, s.batch, s.seq, m, Links(), 1e12)
+        t, data = plan.tensor_size, plan.data_size
+        head = flops.head_flops(cfg, s.batch, s.seq)
+        compute = ((s.total_flops - head) / (data * t) + head / data) / s.slowest
+        block = flops.block_params(cfg)
+        other = s.params - cfg.n_layer * block
+        act_local = s.batch / data / m * s.seq * cfg.n_embd * s.value
+        # 12 tensors per block, and the embeddings' and final LayerNorm's 4, per microbatch.
+        wire = [Collective(ALL_REDUCE, (act_local,), plan.tensor, times=4 * cfg.n_layer * m, per_microbatch=True,
+                           what="activations on the tensor axis"),
+                Collective(ALL_REDUCE, (4 * block / t / 12,), plan.data, times=12 * cfg.n_layer * m,
+                           per_microbatch=True, what="the blocks' gradients on the data axis"),
+                Collective(ALL_REDUCE, (4 * other / 4,), plan.data, times=4 * m, per_microbatch=True,
+                           what="the embeddings' and final LayerNorm's gradients on the data axis")]
+        local = cfg.n_layer * block / t + other
+        memory = (8 * local + 8 * local / (data if plan.shard_optimizer else 1)
+                  + activations(cfg, s.batch / data / m, s.seq, s.value, t))
+        return Cost(compute, wire, memory, notes=[f"plan (Alpa's, mesh seen as uniform): {plan}"])
