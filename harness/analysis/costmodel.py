@@ -29,7 +29,7 @@ from harness.analysis.netmodel import DEFAULT_LINK_GBPS, Network
 from harness.core.config import GPTConfig, Setup, Technique
 from harness.errors import BadInput
 from harness.platform import slices
-from harness.techniques.contract import PHASES, POINT_TO_POINT, REGISTRY, RING_PASS, SEND, Collective, Step
+from harness.techniques.contract import PHASES, POINT_TO_POINT, REGISTRY, RING_PASS, SEND, Collective, Step, lookup
 
 # Fraction of a GPU's peak a GPT-2 training step sustains. Megatron-LM reports 44-52% of A100
 # peak for GPT training (Narayanan et al., SC'21); Alpa's GPT benchmarks are in the same range.
@@ -101,10 +101,11 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
             net: Network | None = None, devices: Devices | None = None, epochs: int = 20,
             dataset_tokens: float = 0.0) -> Prediction:
     """dataset_tokens: tokens in one epoch of the dataset, for the time of `epochs` (0: the step alone)."""
-    if technique not in REGISTRY:
-        raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(REGISTRY)}")
+    try:
+        method = lookup(technique).configured(setup, sl, vms)
+    except KeyError:
+        raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(REGISTRY)}") from None
     devices = devices or Devices.of(sl, vms, setup.precision)
-    method = REGISTRY[technique].configured(setup, sl, vms)
     hosts = len(vms)
     step = Step(cfg, net or network_for(sl), devices, hosts, sl.gpus_per_vm,
                 rtt=max((sl.rtt_between(a, b) for a in vms for b in vms if a != b), default=0.0) / 1e3,

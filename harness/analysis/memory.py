@@ -121,7 +121,7 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
             # Mesh row i is the i-th VM used, or, on one VM, one of its stages.
             row_gpus = [vm.gpu for vm in used] if mesh_shape.hosts == len(used) else [used[0].gpu] * mesh_shape.hosts
             # What the programs depend on: the technique as configured, and the batch it compiles for.
-            key = (name, model_cfg, mesh_shape, tech.memory_key(), a.batch_per_gpu,
+            key = (tech.name, model_cfg, mesh_shape, tech.memory_key(), a.batch_per_gpu,
                    tuple(row_gpus) if compiler else None)
             try:
                 if key not in compiled:

@@ -23,7 +23,7 @@ from pathlib import Path
 from harness import inputs, resources
 from harness.experiments import compare, infer, report
 from harness.platform import slices
-from harness.runs.run_config import QUICK_SLICES, RunConfig
+from harness.runs.run_config import QUICK_SLICES, SHARDS, RunConfig
 
 HELP = "run every trial and claim on the emulated slices and write reports/<run id>/ (claims.md, figures, JSON)"
 # Each mode's settings over RunConfig's defaults.
@@ -49,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-speeds", action="store_true",
                    help="each emulated VM computes at its GPU's speed against the run's fastest, by a CPU quota "
                         "(default: every VM at its cores' full speed; see docs/claims.md, 'The scale model on CPU')")
+    p.add_argument("--shard", default=None, choices=SHARDS,
+                   help="the registered technique the claims run as the paper's Shard: 'Shard', this suite's planner, "
+                        "or 'Shard-alpa', Alpa's ShardParallel as it ran (docs/techniques.md; default: "
+                        f"{RunConfig.shard})")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="TOML file of the run's settings (harness/runs/run_config.py) over the mode's; the options "
                         "here override it")
@@ -74,9 +78,11 @@ def run(args) -> tuple[int, dict]:
         labels, given = _file_settings(args.config)
         run_config = run_config.override(labels, **given)
     run_config = run_config.override(
-        {"slices": "--slice", "model": "--model", "link_scaling": "--literal", "gpu_speeds": "--gpu-speeds"},
+        {"slices": "--slice", "model": "--model", "link_scaling": "--literal", "gpu_speeds": "--gpu-speeds",
+         "shard": "--shard"},
         slices=",".join(str(Path(s).resolve()) if Path(s).is_file() else s for s in args.slice) if args.slice else None,
-        model=args.model, link_scaling="literal" if args.literal else None, gpu_speeds=args.gpu_speeds or None)
+        model=args.model, link_scaling="literal" if args.literal else None, gpu_speeds=args.gpu_speeds or None,
+        shard=args.shard)
     run_config.check()  # a bad slice file, model or inventory fails here, named, before any work
     inputs.positive("--threshold", args.threshold)
     if args.baseline:
@@ -106,10 +112,11 @@ def run(args) -> tuple[int, dict]:
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
     # The shipped baselines ran the mode's own slices: a run on others has nothing to compare with them.
-    # They ran every VM at full speed, too: a run at the GPUs' speeds differs from them by design.
+    # They ran every VM at full speed, too, and the default Shard: a run at the GPUs' speeds or with
+    # another Shard differs from them by design.
     modes_own = RunConfig().override({}, **MODES[mode]).slices
     baseline = (Path(args.baseline) if args.baseline
-                else None if run_config.slices != modes_own or run_config.gpu_speeds
+                else None if run_config.slices != modes_own or run_config.gpu_speeds or run_config.shard != RunConfig.shard
                 else resources.path("baselines", mode if run_config.link_scaling == "literal" else f"{mode}-similarity"))
     if baseline and (baseline / "results.jsonl").is_file() and (out / "results.jsonl").is_file():
         result["comparison"] = compare.compare(baseline, out, args.threshold)

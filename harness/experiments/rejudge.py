@@ -9,10 +9,12 @@ import json
 from pathlib import Path
 
 from harness.analysis import similarity
+from harness.core.config import Technique
 from harness.experiments import report
 from harness.paper import claims, deviations, limits
 from harness.platform import slices
 from harness.runs import records
+from harness.techniques import contract
 
 
 def is_memory(r: dict) -> bool:
@@ -45,11 +47,13 @@ def judge(folder: Path) -> list[claims.Verdict]:
     run = limits.Run(trials, memory, links)
     given = run_slices(context)
     # A run judges the timed parts on its trials and C4 on its memory analyses: one that made none
-    # of either did not judge those parts.
-    timed = claims.judge(trials, given) if trials else []
-    limits.apply(timed, deviations.declared(context.get("declared limits", deviations.NONE)), run)
-    mem = claims.judge_memory(memory, given) if memory else []
-    limits.apply(mem, deviations.MEMORY_ANALYSIS, run)
+    # of either did not judge those parts. Some limits' figures come from the cost model, which
+    # prices the technique the run cast as the paper's Shard (a run before the setting: its own).
+    with contract.cast({Technique.SHARD: context.get("Shard played by", Technique.SHARD)}):
+        timed = claims.judge(trials, given) if trials else []
+        limits.apply(timed, deviations.declared(context.get("declared limits", deviations.NONE)), run)
+        mem = claims.judge_memory(memory, given) if memory else []
+        limits.apply(mem, deviations.MEMORY_ANALYSIS, run)
     return timed + mem
 
 

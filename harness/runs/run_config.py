@@ -11,6 +11,7 @@ run.toml in the report and hands pytest that file, so the report says what the r
     precision = "float32"           # float32, float32-full, bfloat16, float16
     link_scaling = "similarity"     # similarity or literal (docs/claims.md, "Similarity scaling")
     gpu_speeds = false              # on CPU, each emulated VM computes at its GPU's speed
+    shard = "Shard"                 # the registered technique the claims run as the paper's Shard
     memory_models = ["gpt2m", "gpt2L"]
     memory_compiler = "auto"        # auto, cpu or gpu
     report_dir = "reports/x"        # optional: results.jsonl, claims.md and figures go here
@@ -34,6 +35,11 @@ from harness.platform.slices import Slice
 QUICK_SLICES = ("TACC-TACC", "UTAH-GPN")  # one single-site slice and the nearest two-site one
 LINK_SCALINGS = ("similarity", "literal")
 MEMORY_COMPILERS = ("auto", "cpu", "gpu")
+# The registered techniques that can play the paper's Shard (harness.techniques.contract.cast):
+# this suite's planner, and Alpa's as it ran (docs/techniques.md). Named here, not read from the
+# registry, so that the pytest plugin reads a configuration without loading JAX; a test checks
+# that each is registered.
+SHARDS = ("Shard", "Shard-alpa")
 CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs on one"
 
 
@@ -64,6 +70,7 @@ class RunConfig:
     precision: str = Budget.precision
     link_scaling: str = "similarity"
     gpu_speeds: bool = False
+    shard: str = SHARDS[0]
     memory_models: tuple[str, ...] = ("gpt2m", "gpt2L")
     memory_compiler: str = "auto"
     report_dir: str | None = None
@@ -74,7 +81,7 @@ class RunConfig:
 
     def __post_init__(self):
         for name, allowed in (("precision", PRECISIONS), ("link_scaling", LINK_SCALINGS),
-                              ("memory_compiler", MEMORY_COMPILERS)):
+                              ("memory_compiler", MEMORY_COMPILERS), ("shard", SHARDS)):
             if getattr(self, name) not in allowed:
                 raise BadInput(f"{self.named(name)}: must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if not isinstance(self.slices, str) or not self.slices.strip():

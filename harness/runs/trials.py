@@ -22,7 +22,8 @@ from harness.errors import BadInput
 from harness.platform.slices import Slice, one_shape
 from harness.runs import records
 from harness.runs.jobs import Job
-from harness.techniques import mesh_shape
+from harness.techniques import mesh_shape, technique_class
+from harness.techniques.contract import player
 
 ALL_VMS = "all"
 
@@ -131,9 +132,9 @@ class Runner:
     def job(self, trial: Trial) -> Job:
         hosts, devices = self.shape(trial)
         options = {"micro_batches": self.budget.micro_batches}
-        if trial.technique in (Technique.DATA, Technique.ZERO2):
+        if technique_class(trial.technique).combines:
             options["combine"] = self.budget.combine
-        return Job(trial.technique, dataclasses.asdict(self.model_cfg), hosts, devices,
+        return Job(player(trial.technique), dataclasses.asdict(self.model_cfg), hosts, devices,
                    train=dataclasses.asdict(self.train_config(trial)), options=options,
                    full_fp32=self.budget.precision == "float32-full")
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from harness.core.config import PRECISIONS, Setup, Technique
-from harness.runs.run_config import LINK_SCALINGS, MEMORY_COMPILERS, QUICK_SLICES, RunConfig
+from harness.runs.run_config import LINK_SCALINGS, MEMORY_COMPILERS, QUICK_SLICES, SHARDS, RunConfig
 
 # The memory claims' setup: the paper states no batch, microbatches or precision (see Setup's defaults).
 MEMORY_ASSUMPTIONS = Setup()
@@ -17,7 +17,7 @@ _RUN = pytest.StashKey[RunConfig]()
 # option -> the setting it overrides
 SETTINGS = {"--claims-slices": "slices", "--trial-model": "model", "--trial-repeats": "repeats",
             "--trial-precision": "precision", "--link-scaling": "link_scaling", "--gpu-speeds": "gpu_speeds",
-            "--memory-models": "memory_models", "--memory-compiler": "memory_compiler",
+            "--shard": "shard", "--memory-models": "memory_models", "--memory-compiler": "memory_compiler",
             "--report-dir": "report_dir", "--slice-inventory": "slice_inventory",
             "--strict-link": "strict_link"}
 
@@ -49,6 +49,10 @@ def add_options(parser) -> None:
                      "VM, harness/backends/emulation/compute.py: a T4 VM at half an RTX VM's); default: every VM at "
                      "its cores' full speed (see docs/claims.md, 'The scale model on CPU', for what the quota also "
                      "slows)")
+    g.addoption("--shard", default=None, choices=SHARDS,
+                help="the registered technique the claims run as the paper's Shard: 'Shard', this suite's planner, "
+                     "or 'Shard-alpa', Alpa's ShardParallel as it ran (docs/techniques.md; "
+                     f"default: {d.shard})")
     g.addoption("--memory-models", default=None, metavar="LIST",
                 help=f"paper-scale models for the memory claims (default: {','.join(d.memory_models)})")
     g.addoption("--memory-compiler", default=None, choices=MEMORY_COMPILERS,

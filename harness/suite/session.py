@@ -2,6 +2,7 @@
 record is appended to results.jsonl as it lands (a killed session keeps what it measured), and the
 whole report (claims.md, claims.json, figures) is written when the session ends, passing, failing
 or interrupted."""
+import contextlib
 import datetime
 import json
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.config import Technique
 from harness.platform import slices
 from harness.suite import options
 
@@ -66,6 +68,7 @@ class ClaimsLog:
                    "trial budget": str(self.budget or options.budget(self.config)),
                    "links": self.scaling.mode if self.scaling else options.link_scaling(self.config),
                    "declared limits": self.declared or "none",
+                   "Shard played by": options.run_config(self.config).shard,
                    "memory assumptions": str(options.MEMORY_ASSUMPTIONS),
                    "memory compiler": ", ".join(sorted({r["memory"]["source"] for r in self.memory})) or "none",
                    "trials run": len(self.trials), "wall time (s)": round(time.time() - self.started),
@@ -82,10 +85,22 @@ class ClaimsLog:
         report.write(directory, list(self.trials.values()), self.memory, list(self.verdicts.values()), context)
 
 
+def cast(run) -> contextlib.AbstractContextManager:
+    """The technique the run casts as the paper's Shard, for the whole session (trials,
+    predictions, memory analyses, the report); nothing to do, and no JAX loaded, for the default."""
+    if run.shard == Technique.SHARD:
+        return contextlib.nullcontext()
+    # deferred: pytest loads the plugin before conftest configures JAX
+    from harness.techniques import contract
+
+    return contract.cast({Technique.SHARD: run.shard})
+
+
 @pytest.fixture(scope="session")
 def claims_log(pytestconfig):
-    options.run_config(pytestconfig).check()  # a bad slice name or file fails the session at once, named
+    run = options.run_config(pytestconfig).check()  # a bad slice name or file fails the session at once, named
     log = ClaimsLog(pytestconfig)
-    yield log
-    if log.directory and (log.trials or log.verdicts):
-        log.write(log.directory)
+    with cast(run):
+        yield log
+        if log.directory and (log.trials or log.verdicts):
+            log.write(log.directory)

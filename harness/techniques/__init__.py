@@ -7,7 +7,7 @@ says what one step costs, its wire included. The model code knows nothing of any
 """
 from harness.errors import BadInput
 from harness.techniques.common import ClusterShape, Plan
-from harness.techniques.contract import REGISTRY, register
+from harness.techniques.contract import REGISTRY, lookup, register
 
 # Each registers itself on import; the registry lists them in the paper's order (contract.register).
 from harness.techniques.data_parallel import DataParallel
@@ -27,7 +27,7 @@ def mesh_shape(name: str, hosts: int, devices_per_host: int) -> ClusterShape:
 
 def technique_class(name: str):
     try:
-        return TECHNIQUES[name]
+        return lookup(name)
     except KeyError:
         raise BadInput(f"unknown technique {name!r}; expected one of {', '.join(TECHNIQUES)}") from None
 

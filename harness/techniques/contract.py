@@ -14,12 +14,17 @@ scaling and the cost model's check read predict; a test compares each wire with 
 
 The paper's claims run the paper's four (config.Technique), not whatever is registered: a
 technique added here is trialled, predicted and reported, and changes no verdict about the paper.
+Each of the four is played by its own class unless a run casts another registered one in its role
+(`cast`; RunConfig.shard: Alpa's Shard in Shard's), and everything that looks a technique up by
+name (`lookup`) then gets the player.
 """
+import contextlib
 from dataclasses import dataclass, field
 
 from harness.analysis.netmodel import Network
 from harness.core import flops
 from harness.core.config import GPTConfig, Setup, Technique
+from harness.errors import BadInput
 from harness.techniques import buckets
 
 # Kinds of what a step puts on the wire. Ring collectives, as NCCL runs them:
@@ -114,6 +119,7 @@ class ParallelMethod:
     name: str
     micro_batches: int = 1
     remat: bool = False  # recomputes activations in the backward pass: the cost model's compute
+    combines: bool = False  # takes combine=True: its gradients in 30 MiB buckets, as GPUs send them
 
     @classmethod
     def configured(cls, setup: Setup, sl, vms) -> "ParallelMethod":
@@ -152,3 +158,33 @@ def register(cls):
     REGISTRY.clear()
     REGISTRY.update(ordered)
     return cls
+
+
+# The paper's technique -> the registered one that plays it in this process (`cast`).
+CAST: dict[str, str] = {}
+
+
+def player(name: str) -> str:
+    """The registered technique that runs under `name` here: its cast player, or itself."""
+    return CAST.get(name, name)
+
+
+def lookup(name: str):
+    """The class that runs under `name` (KeyError where nothing registered does)."""
+    return REGISTRY[player(name)]
+
+
+@contextlib.contextmanager
+def cast(roles: dict[str, str]):
+    """Within it, each technique named in `roles` is played by the registered technique given: a
+    run's trials, predictions and memory analyses under the paper's name run the player's code."""
+    for role, actor in roles.items():
+        if actor not in REGISTRY:
+            raise BadInput(f"{role} played by {actor!r}: no such technique; expected one of {', '.join(REGISTRY)}")
+    before = dict(CAST)
+    CAST.update({role: actor for role, actor in roles.items() if role != actor})
+    try:
+        yield
+    finally:
+        CAST.clear()
+        CAST.update(before)

@@ -31,6 +31,7 @@ from harness.techniques.contract import (
 @register
 class DataParallel(ParallelMethod):
     name = Technique.DATA
+    combines = True
 
     def __init__(self, micro_batches: int = 1, combine: bool = False):
         """combine: concatenate each 30 MiB bucket into one buffer before the all-reduce, as GPUs

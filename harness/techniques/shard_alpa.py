@@ -235,6 +235,7 @@ def sum_synced(grads, synced, combine: bool):
 @register
 class AlpaShardParallel(ParallelMethod):
     name = NAME
+    combines = True
 
     def __init__(self, micro_batches: int = 1, combine: bool = False, plan: AlpaPlan | None = None):
         """combine: the once-per-step gradient sync in 30 MiB buckets (as Data's); plan: a given

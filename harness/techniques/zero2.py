@@ -57,6 +57,7 @@ def mine(flat, n: int):
 @register
 class Zero2Parallel(ParallelMethod):
     name = Technique.ZERO2
+    combines = True
 
     def __init__(self, micro_batches: int = 1, combine: bool = False):
         """combine: as DataParallel's."""
