@@ -95,6 +95,19 @@ def test_the_judge_command_refuses_a_folder_that_is_no_run_in_one_line(tmp_path)
     assert broken.returncode == 2 and broken.stderr.count("\n") == 1 and "results.jsonl" in broken.stderr, broken.stderr
 
 
+def test_a_run_that_cast_no_shard_the_suite_knows_is_refused_in_one_line(tmp_path):
+    """judge prices Shard as the run cast it (claims.json's context): a context naming another
+    technique, Data say, would price Data's wire as Shard's."""
+    folder = tmp_path / "doctored"
+    shutil.copytree(ROOT / "reports" / "baselines" / "alpa-shard-quick-literal-2026-11-27", folder)
+    claims_json = json.loads((folder / "claims.json").read_text())
+    claims_json["context"]["Shard played by"] = "Data"
+    (folder / "claims.json").write_text(json.dumps(claims_json))
+    doctored = harness_cli("judge", str(folder))
+    assert doctored.returncode == 2 and doctored.stderr.count("\n") == 1, doctored.stderr
+    assert "context 'Shard played by' is 'Data'; expected one of Shard, Shard-alpa" in doctored.stderr
+
+
 def test_the_readmes_verdicts_are_the_shipped_runs():
     """The README's first screen shows the default baseline's verdicts: exactly what its
     claims.json says (and, by the test above, what today's code judges of its records)."""

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from harness.analysis import similarity
 from harness.core.config import Technique
+from harness.errors import BadInput
 from harness.experiments import report
 from harness.paper import claims, deviations, limits
 from harness.platform import slices
 from harness.runs import records
+from harness.runs.run_config import SHARDS
 from harness.techniques import contract
 
 
@@ -46,10 +48,14 @@ def judge(folder: Path) -> list[claims.Verdict]:
     links = json.loads(links_file.read_text()) if links_file.is_file() else None
     run = limits.Run(trials, memory, links)
     given = run_slices(context)
+    shard = context.get("Shard played by", Technique.SHARD)
+    if shard not in SHARDS:
+        raise BadInput(f"{folder / 'claims.json'}: context 'Shard played by' is {shard!r}; expected one of "
+                       + ", ".join(SHARDS))
     # A run judges the timed parts on its trials and C4 on its memory analyses: one that made none
     # of either did not judge those parts. Some limits' figures come from the cost model, which
     # prices the technique the run cast as the paper's Shard (a run before the setting: its own).
-    with contract.cast({Technique.SHARD: context.get("Shard played by", Technique.SHARD)}):
+    with contract.cast({Technique.SHARD: shard}):
         timed = claims.judge(trials, given) if trials else []
         limits.apply(timed, deviations.declared(context.get("declared limits", deviations.NONE)), run)
         mem = claims.judge_memory(memory, given) if memory else []
