@@ -50,3 +50,11 @@ def test_more_tokens_a_microbatch_never_moves_the_blocks_to_tensor_splits(width,
 def test_a_plan_outside_the_solvers_choices_is_named():
     with pytest.raises(BadInput, match="Shard plan blocks='tensor', vocab='data': expected one of"):
         AlpaPlan(TENSOR, DATA)
+
+
+def test_blocks_are_split_by_heads_only_where_the_gpus_divide_them():
+    """scale-small's 4 heads on 3 GPUs: the microbatch that gets the heads split on 4 gets the batch split."""
+    small = model_config("scale-small")
+    assert plan(small, 4, 4, 128)[0] == TENSOR
+    chosen, objective = solve(small, 3, 3, 128)
+    assert chosen.blocks == DATA and all(p.blocks == DATA for p in objective)

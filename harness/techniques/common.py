@@ -95,6 +95,11 @@ def accumulate(loss_and_grad: Callable, params, inputs, targets, m: int):
     return loss / m, jax.tree.map(lambda g: g / m, grads)
 
 
+def dict_path(path) -> tuple[str, ...]:
+    """A parameter's path in the model's nested dict (tree_map_with_path's keys) as names."""
+    return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
+
+
 def check_divisible(what: str, total: int, parts: int, into: str) -> None:
     if parts < 1 or total % parts:
         raise BadInput(f"{what} {total} is not divisible by {into} {parts}")

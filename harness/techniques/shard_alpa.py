@@ -27,9 +27,10 @@ them (or in buckets, `combine`), and the optimizer on each GPU's shard, the glob
 across them. It is written per device (shard_map over the flattened axis), so every collective
 in its program is one named here.
 
-The paper's claims still run this suite's own planner as Shard (shard_parallel.py: a uniform mesh
-too, but with each gradient summed inside every microbatch); this is the Shard that Alpa ran, beside
-it until the claims run it (docs/techniques.md says why not yet).
+The paper's claims run this suite's own planner as Shard by default (shard_parallel.py: a uniform
+mesh too, but with each gradient summed inside every microbatch); this is the Shard that Alpa ran,
+which a run casts in Shard's place with --shard Shard-alpa (contract.cast; docs/techniques.md says
+why it is not the default).
 """
 from dataclasses import dataclass
 
@@ -43,7 +44,16 @@ from harness.core import flops, model, optim
 from harness.core.config import GPTConfig, TrainConfig
 from harness.errors import BadInput
 from harness.techniques import buckets
-from harness.techniques.common import ALL, ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
+from harness.techniques.common import (
+    ALL,
+    ClusterShape,
+    Plan,
+    accumulate,
+    check_divisible,
+    dict_path,
+    make_mesh,
+    shardings,
+)
 from harness.techniques.contract import (
     ALL_GATHER,
     ALL_REDUCE,
@@ -124,12 +134,15 @@ def split_elements(cfg: GPTConfig, plan: AlpaPlan) -> int:
 def solve(cfg: GPTConfig, n: int, micro_batch: float, seq: int, value: int = 4) -> tuple[AlpaPlan, dict]:
     """The plan Alpa's solver picks on a flat mesh of n GPUs, with every plan's objective: one
     microbatch of `micro_batch` sequences, communication only, at Alpa's constants. Ties go to
-    the batch split, the first in Alpa's strategy order."""
+    the batch split, the first in Alpa's strategy order. Blocks split by heads are a plan only
+    where the GPUs divide the heads, as Alpa generates only the shardings that divide a dimension."""
     h, layers = cfg.n_embd, cfg.n_layer
     act = micro_batch * seq * h * value
     tokens = micro_batch * seq * SCALAR
     objective = {}
     for blocks, vocab in PLANS:
+        if blocks == TENSOR and cfg.n_head % n:
+            continue
         plan = AlpaPlan(blocks, vocab)
         cost = sum(all_reduce_cost(4 * s, n) for s in synced_sizes(cfg, plan, scanned=False))
         if blocks == TENSOR:
@@ -165,10 +178,6 @@ def split_dim(path: tuple[str, ...], plan: AlpaPlan) -> int | None:
 def spec_of(path: tuple[str, ...], ndim: int, plan: AlpaPlan) -> P:
     dim = split_dim(path, plan)
     return P() if dim is None else P(*[ALL if i == dim else None for i in range(ndim)])
-
-
-def dict_path(path) -> tuple[str, ...]:
-    return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
 
 
 def padded_vocab(cfg: GPTConfig, n: int) -> int:

@@ -24,7 +24,7 @@ from harness.analysis.netmodel import Links
 from harness.core import flops, model, optim
 from harness.core.config import GPTConfig, Technique, TrainConfig
 from harness.errors import BadInput
-from harness.techniques.common import ClusterShape, Plan, accumulate, check_divisible, make_mesh, shardings
+from harness.techniques.common import ClusterShape, Plan, accumulate, check_divisible, dict_path, make_mesh, shardings
 from harness.techniques.contract import ALL_REDUCE, Collective, Cost, ParallelMethod, Step, activations, register
 
 AXES = ("hosts_data", "hosts_tensor", "devices_data", "devices_tensor")
@@ -146,10 +146,6 @@ def param_spec(path: tuple[str, ...], shape: tuple[int, ...], plan: IntraOpPlan,
                 dims[i] = DATA
                 return P(*dims)
     return spec
-
-
-def dict_path(path) -> tuple[str, ...]:
-    return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
 
 
 @register
