@@ -225,10 +225,16 @@ def test_on_one_gpu_every_technique_is_the_single_device_step(tmp_path):
         assert p.memory_bytes == pytest.approx(data.memory_bytes, rel=1e-3), technique
 
 
-def test_pipeshards_memory_follows_its_schedule():
-    """1F1B keeps as many microbatches in flight as there are stages; GPipe keeps them all."""
+def test_pipeshards_memory_and_transfers_follow_its_schedule():
+    """1F1B keeps as many microbatches in flight as there are stages, GPipe keeps them all; with
+    the same compute and bubble, 1F1B's two stages swap activations and gradients in m + 1
+    exchanges where GPipe's send them in 2m."""
     sl = slices.load("UTAH-GPN")
     one_f_one_b, gpipe = (costmodel.predict("Pipeshard", sl, ("vm1", "vm2"), GPT2M,
                                             Setup(micro_batches=8, pipeline_schedule=schedule))
                           for schedule in ("1f1b", "gpipe"))
-    assert gpipe.memory_bytes > one_f_one_b.memory_bytes and gpipe.step_s == one_f_one_b.step_s
+    assert gpipe.memory_bytes > one_f_one_b.memory_bytes
+    for term in ("compute", "pipeline_bubble", "collectives"):
+        assert gpipe.terms[term] == one_f_one_b.terms[term], term
+    ours, theirs = (next(w for w in p.wire if w["kind"] == "send") for p in (one_f_one_b, gpipe))
+    assert (ours["times"], theirs["times"]) == (9, 16) and theirs["seconds"] == pytest.approx(ours["seconds"] * 16 / 9)

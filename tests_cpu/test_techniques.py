@@ -17,7 +17,8 @@ from harness.core.config import model_config
 from harness.core.flops import param_count
 from harness.errors import BadInput
 from harness.techniques import TECHNIQUES, ClusterShape, buckets, technique
-from harness.techniques.pipeshard_stages import balance
+from harness.techniques.pipeshard import exchanges
+from harness.techniques.pipeshard_stages import SCHEDULES, balance
 from harness.techniques.shard_alpa import NAME as ALPA_SHARD
 from harness.techniques.shard_alpa import PLANS, AlpaPlan
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
@@ -66,6 +67,12 @@ def test_a_stepper_parked_between_steps_trains_on_as_if_it_had_not_been(packed):
 def test_pipeshard_with_untied_embeddings_matches(shape, packed, reference):
     np.testing.assert_allclose(run_in_process("Pipeshard", UNTIED, shape, packed), reference[UNTIED.name + "False"],
                                rtol=RTOL)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 1)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_pipeshard_in_gpipes_order_matches(shape, packed, reference):
+    np.testing.assert_allclose(run_in_process("Pipeshard", MODEL, shape, packed, schedule="gpipe"),
+                               reference[MODEL.name + "True"], rtol=RTOL)
 
 
 def test_pipeshard_with_rematerialisation_matches(packed, reference):
@@ -172,14 +179,15 @@ def test_shard_runs_collectives_inside_the_layers_on_the_tensor_axis():
     assert in_layers and all(c.crosses_hosts(dph) for c in in_layers)  # tensor axis across the VMs
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("shape", [(2, 2), (4, 1)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_pipeshard_only_permutes_between_vms_but_the_tied_embedding(shape):
-    found, dph = collectives_of("Pipeshard", shape=shape, micro_batches=MICRO_BATCHES)
+def test_pipeshard_only_permutes_between_vms_but_the_tied_embedding(shape, schedule):
+    found, dph = collectives_of("Pipeshard", shape=shape, micro_batches=MICRO_BATCHES, schedule=schedule)
     crossing = [c for c in found if c.crosses_hosts(dph)]
-    # activations forward and their gradients back: once each per microbatch on two stages, more
-    # on more (stages in lockstep pass on the bubble's ticks too)
+    # activations forward and their gradients back, as many exchanges as the schedule has: 1F1B
+    # swaps them in one on two stages, GPipe sends each on a tick of its own
     activations = [c for c in crossing if c.op == "collective-permute" and c.elements > 2]
-    assert len(activations) == 2 * (MICRO_BATCHES + shape[0] - 2)
+    assert len(activations) == exchanges(schedule, shape[0], MICRO_BATCHES)
     others = [c for c in crossing if c.op != "collective-permute"]
     assert [(c.op, c.elements) for c in others] == [("all-reduce", MODEL.vocab_size * MODEL.n_embd)]
 

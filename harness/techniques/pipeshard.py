@@ -18,6 +18,8 @@ Layout: every parameter gets a leading stage axis sharded over the VMs. Blocks a
 layer-in-stage, ...], padded to the longest stage with inactive layers; the embeddings live on
 the first stage, the head's LayerNorm (and untied head) on the last, zeros elsewhere.
 """
+from dataclasses import dataclass
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,7 +43,45 @@ from harness.techniques.contract import (
     activations,
     register,
 )
-from harness.techniques.pipeshard_stages import in_flight, stage_programs, stage_sizes
+from harness.techniques.pipeshard_stages import SCHEDULES, in_flight, stage_programs, stage_sizes
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What the stages do at one tick of the lockstep schedule, and what crosses after it."""
+    forward: tuple  # per stage: the microbatch it runs forward, or None
+    backward: tuple  # per stage: the microbatch it takes back, or None
+    sends_forward: bool  # some stage but the last ran a forward: its activations go on
+    sends_back: bool  # some stage but the first ran a backward: its input's gradient goes back
+
+
+def one_f_one_b(n: int, m: int) -> list[Tick]:
+    """1F1B in lockstep over n stages and m microbatches: at tick t stage s runs microbatch t - s
+    forward and microbatch t - 2(n - 1) + s backward. The last stage takes a microbatch back in the
+    tick it ran it forward, stage s 2(n - 1 - s) ticks later, so it keeps up to 2(n - 1 - s) + 1
+    microbatches' activations (PipeDream-Flush keeps n - s; the memory programs follow Alpa's)."""
+    def valid(i):
+        return i if 0 <= i < m else None
+    ticks = []
+    for t in range(m + 2 * n - 2):
+        fwd = tuple(valid(t - s) for s in range(n))
+        bwd = tuple(valid(t - 2 * (n - 1) + s) for s in range(n))
+        ticks.append(Tick(fwd, bwd, any(f is not None for f in fwd[:-1]), any(b is not None for b in bwd[1:])))
+    return ticks
+
+
+def exchanges(schedule: str, n: int, m: int) -> int:
+    """Point-to-point exchanges of activations or their gradients between stages in one step, as
+    the timed step runs them: on two stages a 1F1B tick's forward and backward transfers are one
+    swap; on more, one collective-permute each way."""
+    if n < 2:
+        return 0
+    if schedule == "gpipe":  # every tick but the last ends with one transfer, forward and back
+        return 2 * (m + n - 2)
+    ticks = one_f_one_b(n, m)
+    if n == 2:
+        return sum(t.sends_forward or t.sends_back for t in ticks)
+    return sum(t.sends_forward + t.sends_back for t in ticks)
 
 
 def stage_mesh(hosts: int, devices_per_host: int) -> ClusterShape:
@@ -75,10 +115,9 @@ def pipeline_cost(s: Step) -> Cost:
     stage_params = s.params if stages == 1 else (s.params - ends) / stages + vocab
     wire = [Collective(ALL_REDUCE, (4 * stage_params,), (1, per_stage), what="a stage's gradients inside its VM")]
     if stages > 1:
-        # Stages move in lockstep: every tick but the last ends with a transfer forward, and its
-        # transpose in the backward pass with one back (on two stages, one each way per microbatch).
-        wire.append(Collective(SEND, (act / per_stage,), between, times=2 * (m + stages - 2), per_microbatch=True,
-                               what="activations forward and their gradients back"))
+        # Stages move in lockstep: each exchange waits for the slowest stage, then pays the link.
+        wire.append(Collective(SEND, (act / per_stage,), between, times=exchanges(s.schedule, stages, m),
+                               per_microbatch=True, what="activations forward and their gradients back"))
         # the loss and the gradient norm, around the stages (one stage keeps them)
         wire.append(Collective(RING_PASS, (SCALAR,), ring, times=2, what="the loss and the gradient norm"))
         if cfg.tie_embeddings:  # the first stage's embedding and the last's head are one matrix
@@ -100,9 +139,11 @@ class PipeshardParallel(ParallelMethod):
     def __init__(self, micro_batches: int = 4, remat: bool = False, schedule: str = "1f1b"):
         """remat: recompute each stage's forward in the backward pass instead of keeping its
         activations (GPipe's rematerialisation; off by default, as in Alpa's example).
-        schedule: the order of forwards and backwards that sets how many microbatches a stage
-        keeps, for the memory programs (stage_programs; Alpa's default, 1F1B); the timed step runs
-        GPipe's order, whose bubble is 1F1B's."""
+        schedule: the order of forwards and backwards (Alpa's default, 1F1B, or GPipe): the order
+        the timed step runs, and how many microbatches a stage keeps in the memory programs
+        (stage_programs)."""
+        if schedule not in SCHEDULES:
+            raise BadInput(f"pipeline schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
         self.micro_batches, self.remat, self.schedule = micro_batches, remat, schedule
 
     @classmethod
@@ -146,7 +187,10 @@ class PipeshardParallel(ParallelMethod):
         def device_step(params, opt_state, inputs, targets):
             local = jax.lax.pcast(params, DEVICES, to="varying")
             # this device's share of the batch's mean loss
-            loss, grads = jax.value_and_grad(lambda p: stages.loss(p, inputs, targets) / tokens)(local)
+            if self.schedule == "1f1b":
+                loss, grads = stages.one_f_one_b(local, inputs, targets, 1 / tokens)
+            else:
+                loss, grads = jax.value_and_grad(lambda p: stages.loss(p, inputs, targets) / tokens)(local)
             grads = jax.tree.map(lambda g: jax.lax.psum(g, DEVICES), grads)  # data parallel inside the VM
             if stages.tied:  # the one collective across VMs: first stage's embedding + last stage's head
                 grads["wte"] = jax.lax.psum(grads["wte"], HOSTS)
@@ -165,7 +209,8 @@ class PipeshardParallel(ParallelMethod):
             step=jax.jit(step, donate_argnums=(0, 1)),
             details={"stages": f"{n_stages} (one per VM), blocks per stage {sizes} (balanced by cost; "
                                f"the last stage also runs the head)",
-                     "schedule": f"GPipe, {m} microbatches, {m + n_stages - 1} ticks"
+                     "schedule": (f"1F1B, {m} microbatches, {len(one_f_one_b(n_stages, m))} ticks"
+                                  if self.schedule == "1f1b" else f"GPipe, {m} microbatches, {m + n_stages - 1} ticks")
                                  + (", stages rematerialised in the backward pass" if self.remat else ""),
                      "inside a VM": f"each microbatch split over {shape.devices_per_host} devices, "
                                     "stage gradients all-reduced inside the VM",
@@ -182,7 +227,7 @@ def _varying_zeros(shape=(), dtype=jnp.float32):
 
 
 class Stages:
-    """The model cut into stages, one per VM, and the GPipe schedule over them. Every method but
+    """The model cut into stages, one per VM, and the schedules over them. Every method but
     layout() runs inside the shard_map, on one device: its stage is axis_index(HOSTS)."""
 
     def __init__(self, model_cfg: GPTConfig, sizes: list[int], micro_batches: int, remat: bool):
@@ -260,6 +305,64 @@ class Stages:
             if self.n > 1 and t < m + self.n - 2:  # activations go one stage on (after the last tick: nowhere)
                 act = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(self.n - 1)])
         return loss
+
+    def one_f_one_b(self, p, inputs, targets, scale):
+        """(this device's summed token losses x scale, their gradients) in the 1F1B schedule
+        (one_f_one_b). The backward is written out: each tick's forward keeps its pullback, and
+        the backward of a later tick applies the one its stage ran that microbatch with. Ticks,
+        and which forwards and backwards some stage runs, are known when tracing; which stage this
+        device is, only at run time, so a tick's backward switches on it."""
+        stage = jax.lax.axis_index(HOSTS)
+        n, last, m = self.n, self.n - 1, self.m
+        layers_on = jnp.asarray(self.active)[stage]
+
+        def run(p, act, tokens, tgt):
+            """This stage's forward of one microbatch: (its output, its token losses if last)."""
+            net = self.stage_model(p)
+            run_stage = lambda h: net.run_blocks(h, active=layers_on)
+            if self.remat:
+                run_stage = jax.checkpoint(run_stage)
+            y = run_stage(jax.lax.cond(stage == 0, lambda: net.embed(tokens), lambda: act))
+            head_loss = jax.checkpoint(lambda y, tgt: model.token_losses(net.head(y), tgt).sum())
+            return y, jax.lax.cond(stage == last, lambda: head_loss(y, tgt), _varying_zeros)
+
+        act = grad_in = _varying_zeros((*inputs.shape[1:], self.model_cfg.n_embd), jnp.dtype(self.model_cfg.dtype))
+        y, grads, loss = act, jax.tree.map(jnp.zeros_like, p), _varying_zeros()
+        scale = _varying_zeros() + scale  # the cotangent of a stage's losses: typed as they are
+        pullbacks = {}  # tick -> the pullback of that tick's forward
+        for t, tick in enumerate(one_f_one_b(n, m)):
+            if any(f is not None for f in tick.forward):
+                # Stage s runs microbatch t - s; outside the schedule it computes on what it holds,
+                # and nothing of that reaches a loss or a gradient.
+                mb = lambda i: min(max(i, 0), m - 1)
+                (y, losses), pullbacks[t] = jax.vjp(lambda p, a: run(p, a, inputs[mb(t)], targets[mb(t - last)]),
+                                                    p, act)
+                if tick.forward[last] is not None:
+                    loss = loss + losses
+            dx = jnp.zeros_like(act)
+            if any(b is not None for b in tick.backward):
+                # Stage s takes back what it ran forward 2(n - 1 - s) ticks ago; the last stage's
+                # output went only to its loss, the others' to the next stage.
+                cotangent = (jnp.where(stage == last, jnp.zeros_like(grad_in), grad_in), scale)
+
+                def take_back(s):
+                    if tick.backward[s] is None:
+                        return lambda ct: (jax.tree.map(jnp.zeros_like, grads), jnp.zeros_like(act))
+                    return pullbacks[t - 2 * (n - 1 - s)]
+                g, dx = jax.lax.switch(stage, [take_back(s) for s in range(n)], cotangent)
+                grads = jax.tree.map(jnp.add, grads, g)
+            act, grad_in = self.exchange(y, dx, tick)
+        return loss * scale, grads
+
+    def exchange(self, y, dx, tick: Tick):
+        """(activations in, gradients in) for the next tick: the outputs go one stage on, the
+        input gradients one stage back. On two stages one swap carries both."""
+        if self.n == 2 and (tick.sends_forward or tick.sends_back):
+            got = jax.lax.ppermute(jnp.where(jax.lax.axis_index(HOSTS) == 0, y, dx), HOSTS, [(0, 1), (1, 0)])
+            return got, got
+        on = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(self.n - 1)]) if tick.sends_forward else y
+        back = jax.lax.ppermute(dx, HOSTS, [(i + 1, i) for i in range(self.n - 1)]) if tick.sends_back else dx
+        return on, back
 
     def global_norm(self, grads):
         """The gradient norm for clipping, over every stage's share."""
