@@ -238,3 +238,19 @@ def test_pipeshards_memory_and_transfers_follow_its_schedule():
         assert gpipe.terms[term] == one_f_one_b.terms[term], term
     ours, theirs = (next(w for w in p.wire if w["kind"] == "send") for p in (one_f_one_b, gpipe))
     assert (ours["times"], theirs["times"]) == (9, 16) and theirs["seconds"] == pytest.approx(ours["seconds"] * 16 / 9)
+
+
+def test_diloco_bears_datas_gradient_sync_once_every_h_steps():
+    """Beyond the paper: DiLoCo's sync is an all-reduce of the pseudo-gradient, the size of the
+    gradients, over every GPU as Data's; a step bears 1/H of it. Inside a VM it all-reduces its
+    gradients every step, which crosses no VM."""
+    sl = slices.load("UTAH-GPN")
+    vms = tuple(vm.name for vm in sl.vms)
+    data = costmodel.predict("Data", sl, vms, GPT2M)
+    diloco = costmodel.predict("DiLoCo", sl, vms, GPT2M)
+    gradients = next(w for w in data.wire if w["what"] == "the gradients")
+    sync = next(w for w in diloco.wire if w["crosses_vms"])
+    assert [w["what"] for w in diloco.wire if w["crosses_vms"]] == ["the pseudo-gradient"]
+    assert sync["every_steps"] == 500 and sync["bytes_per_rank"] == gradients["bytes_per_rank"]
+    assert sync["seconds"] == pytest.approx(gradients["seconds"] / 500)
+    assert diloco.terms["compute"] == data.terms["compute"] and diloco.step_s < data.step_s

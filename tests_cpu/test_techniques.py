@@ -17,6 +17,7 @@ from harness.core.config import model_config
 from harness.core.flops import param_count
 from harness.errors import BadInput
 from harness.techniques import TECHNIQUES, ClusterShape, buckets, technique
+from harness.techniques.diloco import NAME as DILOCO
 from harness.techniques.pipeshard import exchanges
 from harness.techniques.pipeshard_stages import SCHEDULES, balance
 from harness.techniques.shard_alpa import NAME as ALPA_SHARD
@@ -32,8 +33,12 @@ def run_in_process(name, cfg, shape, packed, **options):
     return train.train_plan(plan, cfg, TRAIN, packed).losses
 
 
+# DiLoCo's VMs take steps of their own between syncs: tested against Data below.
+SAME_UPDATES = [name for name, cls in TECHNIQUES.items() if not cls.local_updates]
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("name", list(TECHNIQUES))
+@pytest.mark.parametrize("name", SAME_UPDATES)
 def test_one_process_matches_single_device(name, shape, packed, reference):
     losses = run_in_process(name, MODEL, shape, packed)
     np.testing.assert_allclose(losses, reference[MODEL.name + "True"], rtol=RTOL)
@@ -195,6 +200,67 @@ def test_pipeshard_only_permutes_between_vms_but_the_tied_embedding(shape, sched
 def test_pipeshard_with_untied_embeddings_has_no_collective_across_vms():
     found, dph = collectives_of("Pipeshard", cfg=UNTIED)
     assert {c.op for c in found if c.crosses_hosts(dph)} == {"collective-permute"}
+
+
+# ---- DiLoCo, beyond the paper ----
+
+def stepper(name, cfg, shape, packed, train_cfg=TRAIN, **options):
+    plan = technique(name, micro_batches=MICRO_BATCHES, **options).build(cfg, ClusterShape(*shape), train_cfg,
+                                                                         train_cfg.steps)
+    return train.plan_stepper(plan, cfg, train_cfg, packed, train.TrainRun(train_cfg.steps))
+
+
+def rows(params) -> list:
+    return jax.tree.leaves(jax.device_get(params))
+
+
+def test_diloco_on_one_vm_is_data(packed, reference):
+    """One VM's average is its own model: with outer learning rate 1 and no momentum every sync
+    leaves it where its AdamW steps took it."""
+    losses = stepper(DILOCO, MODEL, (1, 4), packed, sync_every=2, outer_lr=1.0, outer_momentum=0.0).advance(
+        TRAIN.steps).losses
+    np.testing.assert_allclose(losses, reference[MODEL.name + "True"], rtol=RTOL)
+
+
+def test_diloco_syncing_every_step_without_momentum_is_data_where_adam_is_linear(packed):
+    """The VMs' average update is the update of their average gradient only where the inner
+    optimizer is linear in the gradient: Adam with no moments and an epsilon that dwarfs every
+    gradient (SGD at learning rate / epsilon), no clipping, no weight decay. There DiLoCo with
+    H = 1, outer learning rate 1 and no momentum is Data, step for step, on two VMs."""
+    linear = dataclasses.replace(TRAIN, adam_b1=0.0, adam_b2=0.0, adam_eps=1e6, learning_rate=5e4,
+                                 grad_clip_norm=1e9, weight_decay=0.0)
+    data = stepper("Data", MODEL, (2, 2), packed, linear)
+    diloco = stepper(DILOCO, MODEL, (2, 2), packed, linear, sync_every=1, outer_lr=1.0, outer_momentum=0.0)
+    for _ in range(linear.steps):
+        data.advance(1), diloco.advance(1)
+        for ours, theirs in zip(rows(diloco.params), rows(data.params)):
+            for vm in range(2):
+                np.testing.assert_allclose(ours[vm], theirs, rtol=1e-4, atol=1e-6)
+    # and Adam as the paper ran it is not linear: the same sync leaves DiLoCo elsewhere
+    adam = stepper(DILOCO, MODEL, (2, 2), packed, sync_every=1, outer_lr=1.0, outer_momentum=0.0)
+    adam.advance(TRAIN.steps)
+    ran = stepper("Data", MODEL, (2, 2), packed)
+    ran.advance(TRAIN.steps)
+    assert not all(np.allclose(o[0], t, rtol=1e-4, atol=1e-6) for o, t in zip(rows(adam.params), rows(ran.params)))
+
+
+def test_diloco_vms_part_between_syncs_and_meet_at_every_sync(packed):
+    s = stepper(DILOCO, MODEL, (2, 2), packed, sync_every=2)
+    for step in range(1, TRAIN.steps + 1):
+        s.advance(1)
+        same = all(np.array_equal(x[0], x[1]) for x in rows(s.params))
+        assert same == (step % 2 == 0), step
+
+
+def test_only_diloco_pseudo_gradient_crosses_the_vms_and_only_on_a_sync():
+    """In the compiled step every collective that crosses VMs is an all-reduce inside the branch a
+    sync takes, and together they carry one copy of the parameters: the pseudo-gradient."""
+    found, dph = collectives_of(DILOCO, micro_batches=MICRO_BATCHES, sync_every=4)
+    crossing = [c for c in found if c.crosses_hosts(dph)]
+    assert crossing and all(c.op == "all-reduce" and c.in_branch and not c.in_loop for c in crossing)
+    assert sum(c.elements for c in crossing) == param_count(MODEL)
+    inside = [c for c in found if not c.crosses_hosts(dph)]
+    assert inside and not any(c.in_branch for c in inside)  # the inner steps' gradients, every step
 
 
 # ---- memory ----

@@ -94,7 +94,7 @@ def price(c: Collective, net: Network, rtt: float) -> float:
         one = hosts * devices * (across / 2 if across else net.ici_latency_s)
     else:
         one = net.buckets_s(list(c.nbytes), hosts, devices, across, phases=PHASES[c.kind])
-    return c.times * one
+    return c.times * one / c.every
 
 
 def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConfig, setup: Setup = Setup(),
@@ -130,7 +130,7 @@ def wire_row(c: Collective, seconds: float) -> dict:
     """One collective of a step as predict reports it: what it carries, where, how often, how long."""
     return {"kind": c.kind, "what": c.what, "bytes_per_rank": sum(c.nbytes), "buckets": len(c.nbytes),
             "vms": c.over[0], "gpus_per_vm": c.over[1], "crosses_vms": c.crosses_vms, "times": c.times,
-            "per_microbatch": c.per_microbatch, "seconds": seconds}
+            "per_microbatch": c.per_microbatch, "every_steps": c.every, "seconds": seconds}
 
 
 def placements(sl: slices.Slice) -> list[tuple[str, ...]]:

@@ -17,6 +17,7 @@ OPS = ("all-reduce", "reduce-scatter", "all-gather", "collective-permute", "all-
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s*=\s*(?P<shape>.*?)\s(?P<op>" + "|".join(OPS) + r")(?:-start)?\(")
 COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
 CALLEES = re.compile(r"(?:body|condition|calls|true_computation|false_computation)=%([\w.\-]+)")
+ARMS = re.compile(r"(?:true_computation|false_computation)=%([\w.\-]+)")
 BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 ARRAY = re.compile(r"\b[a-z]+\d*\[([\d,]*)\]")
 
@@ -28,6 +29,7 @@ class Collective:
     elements: int  # values in the result (all arrays of a combined collective)
     computation: str
     in_loop: bool  # inside a while loop's body (a scanned layer, a pipeline tick, a microbatch)
+    in_branch: bool = False  # inside a conditional's branch: runs only on the steps that take it
 
     def hosts(self, devices_per_host: int) -> list[set[int]]:
         return [{d // devices_per_host for d in g} for g in self.groups]
@@ -68,23 +70,32 @@ def collectives(hlo_text: str, n_devices: int) -> list[Collective]:
         if m := INSTRUCTION.match(line):
             found.append((current, m, line))
 
-    loop_bodies = set()
+    loop_bodies, arms = set(), set()
     for text in hlo_text.splitlines():
         loop_bodies.update(re.findall(r"\swhile\(.*body=%([\w.\-]+)", text))
-    inside, frontier = set(), list(loop_bodies)
-    while frontier:  # everything a loop body calls runs inside the loop too
-        name = frontier.pop()
-        if name not in inside:
-            inside.add(name)
-            frontier.extend(calls.get(name, ()))
+        arms.update(ARMS.findall(text))
+        for group in BRANCHES.findall(text):
+            arms.update(n.strip().lstrip("%") for n in group.split(","))
+    inside, in_arms = _reached(loop_bodies, calls), _reached(arms, calls)
 
     result = []
     for computation, m, line in found:
         shape = m.group("shape").split(" all-", 1)[0]
         elements = sum(math.prod(int(d) for d in dims.split(",") if d) for dims in ARRAY.findall(shape))
         result.append(Collective(m.group("op"), _groups(line, n_devices), elements, computation,
-                                 computation in inside))
+                                 computation in inside, computation in in_arms))
     return result
+
+
+def _reached(roots: set[str], calls: dict[str, set[str]]) -> set[str]:
+    """The computations in roots and everything they call."""
+    reached, frontier = set(), list(roots)
+    while frontier:
+        name = frontier.pop()
+        if name not in reached:
+            reached.add(name)
+            frontier.extend(calls.get(name, ()))
+    return reached
 
 
 def of(plan, *args) -> list[Collective]:

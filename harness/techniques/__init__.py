@@ -11,6 +11,7 @@ from harness.techniques.contract import REGISTRY, lookup, register
 
 # Each registers itself on import; the registry lists them in the paper's order (contract.register).
 from harness.techniques.data_parallel import DataParallel
+from harness.techniques.diloco import DiLoCo
 from harness.techniques.pipeshard import PipeshardParallel
 from harness.techniques.shard_alpa import AlpaShardParallel
 from harness.techniques.shard_parallel import ShardParallel
@@ -36,5 +37,5 @@ def technique(name: str, **options):
     return technique_class(name)(**options)
 
 
-__all__ = ["TECHNIQUES", "AlpaShardParallel", "ClusterShape", "DataParallel", "PipeshardParallel", "Plan", "ShardParallel",
+__all__ = ["TECHNIQUES", "AlpaShardParallel", "ClusterShape", "DataParallel", "DiLoCo", "PipeshardParallel", "Plan", "ShardParallel",
            "Zero2Parallel", "mesh_shape", "register", "technique", "technique_class"]

@@ -44,6 +44,7 @@ class Collective:
     times: int = 1  # in one step
     per_microbatch: bool = False  # inside the microbatch loop (times counts all of them)
     what: str = ""
+    every: int = 1  # in one step of this many (a sync every H steps: a step bears 1/H of it)
 
     @property
     def crosses_vms(self) -> bool:
@@ -120,6 +121,7 @@ class ParallelMethod:
     micro_batches: int = 1
     remat: bool = False  # recomputes activations in the backward pass: the cost model's compute
     combines: bool = False  # takes combine=True: its gradients in 30 MiB buckets, as GPUs send them
+    local_updates: bool = False  # steps of its own between syncs: its losses are not the single-device trainer's
 
     @classmethod
     def configured(cls, setup: Setup, sl, vms) -> "ParallelMethod":
