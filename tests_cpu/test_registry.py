@@ -3,6 +3,7 @@ predicted like them, and changes no verdict about the paper, whose claims run it
 import numpy as np
 import pytest
 
+from harness import schemas
 from harness.analysis import costmodel
 from harness.core import train
 from harness.core.config import Technique, model_config
@@ -80,3 +81,10 @@ def test_the_registry_lists_the_papers_techniques_in_its_order_whatever_the_impo
     finally:
         TECHNIQUES["Data"] = data
         register(data)
+
+
+def test_every_registered_technique_can_write_a_record():
+    """A record names its technique from the schema's list: a technique registered without it
+    could train and then fail to keep its trial."""
+    enum = schemas.validator("record").schema["properties"]["technique"]["enum"]
+    assert set(TECHNIQUES) <= set(enum), enum
