@@ -15,7 +15,8 @@ from harness.core.config import Setup, TrainConfig, model_config
 from harness.platform import slices
 from harness.platform.hardware import GiB
 from harness.runs import records
-from harness.techniques import ClusterShape
+from harness.techniques import TECHNIQUES, ClusterShape
+from harness.techniques.diloco import NAME as DILOCO
 from harness.techniques.pipeshard_stages import in_flight, own_parameters, stage_programs
 from harness.techniques.shard_alpa import NAME as ALPA_SHARD
 from tests_cpu import slice_files
@@ -43,7 +44,9 @@ def test_memory_command_gives_one_record_per_technique(utah_gpn_4_gpus):
     assert doc["assumptions"] == {"batch_per_gpu": 8, "micro_batches": 4, "precision": "float32", "remat": False,
                                    "alpa_shard": False, "pipeline_schedule": "1f1b", "seq_len": None}
     recs = [records.validate(r) for r in doc["records"]]
-    assert [r["technique"] for r in recs] == ["Data", "ZeRO2", "Shard", "Pipeshard", ALPA_SHARD]
+    # every registered technique, the paper's four first
+    assert [r["technique"] for r in recs] == list(TECHNIQUES) == ["Data", "ZeRO2", "Shard", "Pipeshard", DILOCO,
+                                                                  ALPA_SHARD]
     for r in recs:
         assert r["cluster"]["slice"] == "UTAH-GPN" and r["cluster"]["vms_used"] == ["vm1", "vm2"]
         assert r["memory"]["bytes_per_device"] > 1e9 and r["memory"]["source"].startswith("xla-cpu")

@@ -293,7 +293,7 @@ def test_bad_shapes_are_rejected_naming_the_numbers(name, options, shape, messag
 
 
 def test_unknown_technique():
-    with pytest.raises(BadInput, match="unknown technique 'FSDP'; expected one of Data, ZeRO2, Shard, Pipeshard, Shard-alpa"):
+    with pytest.raises(BadInput, match="unknown technique 'FSDP'; expected one of Data, ZeRO2, Shard, Pipeshard, DiLoCo, Shard-alpa"):
         technique("FSDP")
 
 
