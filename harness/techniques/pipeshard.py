@@ -188,7 +188,7 @@ class PipeshardParallel(ParallelMethod):
             local = jax.lax.pcast(params, DEVICES, to="varying")
             # this device's share of the batch's mean loss
             if self.schedule == "1f1b":
-                loss, grads = stages.one_f_one_b(local, inputs, targets, 1 / tokens)
+                loss, grads = stages.loss_and_grads_1f1b(local, inputs, targets, 1 / tokens)
             else:
                 loss, grads = jax.value_and_grad(lambda p: stages.loss(p, inputs, targets) / tokens)(local)
             grads = jax.tree.map(lambda g: jax.lax.psum(g, DEVICES), grads)  # data parallel inside the VM
@@ -306,7 +306,7 @@ class Stages:
                 act = jax.lax.ppermute(y, HOSTS, [(i, i + 1) for i in range(self.n - 1)])
         return loss
 
-    def one_f_one_b(self, p, inputs, targets, scale):
+    def loss_and_grads_1f1b(self, p, inputs, targets, scale):
         """(this device's summed token losses x scale, their gradients) in the 1F1B schedule
         (one_f_one_b). The backward is written out: each tick's forward keeps its pullback, and
         the backward of a later tick applies the one its stage ran that microbatch with. Ticks,
