@@ -44,12 +44,37 @@ def test_each_claim_reads_the_local_table(claim, backend, claims_log):
     assert verdict.part and not verdict.crashed, verdict.evidence
 
 
+def test_where_one_group_holds_the_gpus_at_a_time_the_runner_releases_the_others(backend, claims_log):
+    """Emulated VMs on shares of one GPU (Cluster.one_group_at_a_time): before a group trains,
+    every other group's processes stop, and a group that comes back builds its step again and
+    trains from the first step, as the single-device reference does."""
+    runner = backend.runner
+    together = next(t for t in backend.trials if t.vms == "all" and t.technique == "Data")
+    alone = next(t for t in backend.trials if t.vms != "all" and t.technique == "Data")
+    both, one = tuple(runner.vms_of(together)), tuple(runner.vms_of(alone))
+    checks.ensure_trials(runner, claims_log, [together, alone])  # both groups open, both steps built
+    assert {both, one} <= runner.cluster.groups
+    runner.cluster.one_group_at_a_time = True
+    try:
+        first = runner.measure(together, lambda r: None)
+        assert first["status"] == "ok", first["reason"]
+        assert runner.cluster.groups == {both} and {k[0] for k in runner.built} == {both}
+        again = runner.measure(alone, lambda r: None)
+        assert again["status"] == "ok", again["reason"]
+        assert runner.cluster.groups == {one} and {k[0] for k in runner.built} == {one}
+        steps = runner.budget.warmup_steps + runner.budget.repeats
+        assert len(runner.history[(one, "Data")]) == steps  # built anew: its history starts over
+        np.testing.assert_allclose(runner.history[(one, "Data")], runner.reference_losses(1)[:steps], rtol=1e-4)
+    finally:
+        runner.cluster.one_group_at_a_time = False
+
+
 def test_a_group_whose_worker_died_fails_its_trial_and_is_opened_anew(backend, claims_log):
     """Runs last: it kills a worker of the module's cluster."""
     runner = backend.runner
     trial = next(t for t in backend.trials if t.vms == "all" and t.technique == "Data")
     vms = tuple(runner.vms_of(trial))
-    checks.ensure_trials(runner, claims_log, [trial])  # the group is open and its step built
+    assert runner.prepare(trial).status == "ok"  # the group is open and its step built
     runner.cluster.servers[vms][0].proc.kill()
     failed = runner.measure(trial, lambda r: None)
     assert failed["status"] == "error" and "killed by SIGKILL" in failed["reason"], failed["reason"]

@@ -103,11 +103,62 @@ def test_remat_recomputes_blocks_for_the_same_gradients_in_less_memory():
     assert temp[True] < 0.8 * temp[False], temp
 
 
+@pytest.mark.slow
+def test_remat_that_saves_the_matmuls_gives_the_same_gradients_and_keeps_more_than_remat():
+    """remat_saves="dots" keeps the weight matmuls' outputs: the same gradients, with a compiled
+    step between full recomputation and none in the bytes it keeps."""
+    cfg = GPTConfig(**{**model_config("scale-tiny").__dict__, "n_layer": 8})
+    graphdef, params = model.init(cfg, seed=0)
+    tokens = jax.random.randint(jax.random.key(1), (8, 64), 0, cfg.vocab_size)
+    variants = {"none": cfg, "nothing": dataclasses.replace(cfg, remat=True),
+                "dots": dataclasses.replace(cfg, remat=True, remat_saves="dots")}
+
+    def grads(c):
+        g = model.init(c, seed=0)[0]
+        return jax.jit(jax.grad(lambda p: model.loss_fn(g, p, tokens[:, :-1], tokens[:, 1:])))
+
+    for a, b in zip(jax.tree.leaves(grads(cfg)(params)), jax.tree.leaves(grads(variants["dots"])(params))):
+        assert jnp.allclose(a, b, atol=1e-6)
+    temp = {k: grads(c).lower(params).compile().memory_analysis().temp_size_in_bytes for k, c in variants.items()}
+    assert temp["nothing"] < temp["dots"] < temp["none"], temp
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_padded_vocabulary_computes_the_same_loss_and_leaves_the_padding_untouched(tied):
+    """vocab_multiple pads the embedding (and an untied head) with rows no token uses and columns
+    no loss sees: the padded model with the unpadded one's weights computes the same losses, and
+    the padding's gradients are zero, so training never moves it."""
+    cfg = GPTConfig(**{**model_config("scale-tiny").__dict__, "vocab_size": 1000, "tie_embeddings": tied})
+    padded = dataclasses.replace(cfg, vocab_multiple=64)
+    assert padded.padded_vocab == 1024 and cfg.padded_vocab == 1000
+    graphdef, params = model.init(cfg, seed=0)
+    padded_graphdef, padded_params = model.init(padded, seed=0)
+    assert padded_params["wte"]["embedding"].shape == (1024, cfg.n_embd)
+
+    def widen(path, small, big):  # the unpadded weights, the padding's rows and columns kept as they were
+        return big.at[tuple(slice(0, n) for n in small.shape)].set(small) if small.shape != big.shape else small
+
+    same = jax.tree_util.tree_map_with_path(widen, params, padded_params)
+    tokens = jax.random.randint(jax.random.key(1), (4, 32), 0, cfg.vocab_size)
+    logits = model.apply(padded_graphdef, same, tokens)
+    assert logits.shape[-1] == cfg.vocab_size
+    loss = model.loss_fn(graphdef, params, tokens[:, :-1], tokens[:, 1:])
+    padded_loss, grads = jax.value_and_grad(
+        lambda p: model.loss_fn(padded_graphdef, p, tokens[:, :-1], tokens[:, 1:]))(same)
+    assert padded_loss == pytest.approx(float(loss), rel=1e-6)
+    assert not jnp.any(grads["wte"]["embedding"][cfg.vocab_size:])
+    assert jnp.any(grads["wte"]["embedding"][:cfg.vocab_size])
+    if not tied:
+        assert not jnp.any(grads["lm_head"]["kernel"][:, cfg.vocab_size:])
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"n_embd": 100, "n_head": 3}, "n_embd 100 is not divisible by n_head 3"),
     ({"n_layer": 0}, "n_layer must be positive"),
     ({"dtype": "float64"}, "dtype must be"),
     ({"attention": "flash"}, "attention must be one of auto, xla, cudnn, got 'flash'"),
+    ({"remat_saves": "everything"}, "remat_saves must be one of nothing, dots, got 'everything'"),
+    ({"vocab_multiple": 0}, "vocab_multiple must be positive"),
 ])
 def test_bad_model_config_is_rejected_with_the_field_named(fields, message):
     base = {"name": "bad", "n_layer": 2, "n_head": 4, "n_embd": 64}

@@ -103,6 +103,16 @@ def test_alpas_shard_pads_a_vocabulary_the_gpus_do_not_divide(packed):
                                rtol=RTOL)
 
 
+@pytest.mark.parametrize("name", SAME_UPDATES)
+def test_a_padded_vocabulary_trains_as_on_one_device(name, packed):
+    """The embedding padded to a multiple of 64 rows (cfg.vocab_multiple, 500 words): every
+    technique splits, pads and reduces it as the single-device trainer computes it."""
+    padded = dataclasses.replace(MODEL, vocab_size=MODEL.vocab_size - 12, vocab_multiple=64)
+    words = dataclasses.replace(packed, blocks=packed.blocks % padded.vocab_size)
+    np.testing.assert_allclose(run_in_process(name, padded, (2, 2), words), train.train(padded, TRAIN, words).losses,
+                               rtol=RTOL)
+
+
 def test_shard_with_tensor_parallel_plan_matches(packed, reference):
     plan = IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=True)
     np.testing.assert_allclose(run_in_process("Shard", MODEL, (2, 2), packed, plan=plan),

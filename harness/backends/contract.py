@@ -37,6 +37,10 @@ class Cluster(Protocol):
     devices_per_host: int
     tcp_buffer_bytes: int | None  # the VMs' TCP buffers where the cluster sets them; None: the kernel's
     compute_shares: dict  # slice -> VM -> its share of its cores (its GPU's speed); empty: full speed
+    # True where the VMs' GPUs are shares of fewer physical ones: a group's processes keep the
+    # memory their allocator took until they exit, so only one group may hold the GPUs at a time
+    # (harness.backends.layout), and the runner releases the others before it uses one.
+    one_group_at_a_time: bool
 
     def build(self, vms: VMs, key: str, job: dict, budget_steps: int) -> dict:
         """Compile job (harness.runs.jobs.Job.to_dict()) on the group's processes, kept under key:
@@ -45,6 +49,10 @@ class Cluster(Protocol):
     def steps(self, vms: VMs, key: str, n: int) -> dict:
         """n training steps of the step built under key: VM1's {"losses", "step_times_s"}, which
         process 0 times, as Alpa's driver did. Raises Failed (GroupLost when the workers died)."""
+
+    def release(self, vms: VMs) -> None:
+        """Stop the group's processes, and with them everything built on them; its next use opens
+        it again with nothing built."""
 
     def rtt_ms(self, a: str, b: str) -> float:
         """The RTT between two VMs, measured now (the fastest of spaced probes, as ping's min)."""
@@ -69,9 +77,16 @@ class ServedGroups:
     """The requests of the Cluster protocol as worker-server calls; a subclass opens, calls and
     closes groups (_open, _call, _close) and measures RTTs."""
 
+    one_group_at_a_time = False
+
     def __init__(self, devices_per_host: int, step_timeout_s: float = 600):
         self.devices_per_host, self.step_timeout_s = devices_per_host, step_timeout_s
         self.groups: set[VMs] = set()
+
+    def release(self, vms: VMs) -> None:
+        if vms in self.groups:
+            self.groups.discard(vms)
+            self._close(vms)
 
     def build(self, vms: VMs, key: str, job: dict, budget_steps: int) -> dict:
         return self._first(vms, {"do": "build", "key": key, "job": job, "budget_steps": budget_steps})

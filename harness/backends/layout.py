@@ -6,17 +6,23 @@ a process of its own, given a share of a physical GPU: one JAX process cannot ho
 one GPU, but two processes can each hold one. The techniques take a VM to be its processes together
 (techniques.common.make_mesh), so the mesh is the same either way.
 
-On GPUs, NCCL must see every emulated GPU as another machine's, so that every byte between VMs
-crosses the delayed link:
+On GPUs, NCCL must see each emulated VM as a host of its own, so that every byte between VMs
+crosses the delayed link, while a VM's own GPUs talk as a VM's GPUs do:
+- NCCL_HOSTID: one per VM. NCCL's shared-memory and CUDA IPC transports join only ranks of one
+  host, so between VMs it has nothing but its socket transport, and inside a VM it takes what
+  a real VM's GPUs take. Where two processes of one VM share a physical GPU (one GPU for a
+  slice), each process is a host of its own, since NCCL refuses two ranks of one host on one GPU
+  ("Duplicate GPU detected"; NCCL's maintainers: ranks sharing a GPU cannot be supported); their
+  traffic then goes over TCP inside the VM's namespace, never over the link (sharing(), and
+  records, say which).
 - NCCL_SOCKET_IFNAME=^lo: the socket transport binds to the namespace's own link (inside a VM's
-  namespace, every interface but loopback is its link to the others);
-- NCCL_SHM_DISABLE and NCCL_P2P_DISABLE: no shared memory or CUDA IPC between processes of this
-  machine, which would bypass the link;
-- NCCL_HOSTID: one per VM; where two processes share a physical GPU, one per process, since NCCL
-  refuses two ranks of one host on one GPU ("Duplicate GPU detected").
-A shared GPU's memory is split evenly, with preallocation off: XLA_PYTHON_CLIENT_MEM_FRACTION is
-SHARED_MEMORY over the processes that may hold it at once. Each VM takes part in its slice's
-all-VM group and in its own one-VM group (harness.runs.trials keeps both compiled), hence COEXISTING.
+  namespace, every interface but loopback is its link to the others).
+A shared GPU's memory is split evenly over the emulated GPUs on it, with preallocation off:
+XLA_PYTHON_CLIENT_MEM_FRACTION is SHARED_MEMORY over them. A VM takes part in its slice's all-VM
+group and in its own one-VM group, each its own processes; XLA's allocator keeps what it took until
+its process exits (parking a step's state frees buffers to that pool, not to the GPU), so on shared
+GPUs one group holds them at a time: the runner releases the others first
+(Cluster.one_group_at_a_time), at the price of compiling a group's steps again when it comes back.
 
 `CPU_SPLIT` runs the same split on CPU devices (one process per device), so the path is tested
 where no GPU is.
@@ -29,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SHARED_MEMORY = 0.9  # of a shared GPU, for the processes together; the rest is the CUDA context's
-COEXISTING = 2  # worker groups a VM's processes belong to at once: all VMs, and the VM alone
 
-NCCL_OVER_THE_LINK = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1"}
+NCCL_OVER_THE_LINK = {"NCCL_SOCKET_IFNAME": "^lo"}
 
 
 @dataclass(frozen=True)
@@ -90,10 +95,12 @@ def gpu(vms: list[tuple[str, int]], physical: list[str]) -> dict[str, list[Proce
     sharers = Counter(on)
     out, g = {}, 0
     for name, gpus in vms:
+        mine = on[g:g + gpus]
+        one_host = len(set(mine)) == len(mine)  # NCCL takes one host's ranks on distinct GPUs only
         out[name] = []
         for k in range(gpus):
-            fraction = math.floor(1000 * SHARED_MEMORY / (COEXISTING * sharers[on[g]])) / 1000  # never over
-            out[name].append(Process(1, {**NCCL_OVER_THE_LINK, "NCCL_HOSTID": f"{name}.{k}",
+            fraction = math.floor(1000 * SHARED_MEMORY / sharers[on[g]]) / 1000  # never over
+            out[name].append(Process(1, {**NCCL_OVER_THE_LINK, "NCCL_HOSTID": name if one_host else f"{name}.{k}",
                                          "CUDA_VISIBLE_DEVICES": on[g],
                                          "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
                                          "XLA_PYTHON_CLIENT_MEM_FRACTION": str(fraction)}))
@@ -102,11 +109,13 @@ def gpu(vms: list[tuple[str, int]], physical: list[str]) -> dict[str, list[Proce
 
 
 def sharing(layout: dict[str, list[Process]], vms: list[str]) -> dict | None:
-    """For a record: each of vms' processes' physical GPU and memory fraction, where GPUs are
-    shared; None where they are not."""
+    """For a record: each of vms' processes' physical GPU, memory fraction and NCCL host, where GPUs
+    are shared; None where they are not. Processes of one VM under one host talk as a VM's GPUs;
+    under hosts of their own, over TCP inside the VM."""
     if not any("XLA_PYTHON_CLIENT_MEM_FRACTION" in p.env for vm in vms for p in layout[vm]):
         return None
-    return {vm: [{"gpu": p.env["CUDA_VISIBLE_DEVICES"], "memory_fraction": float(p.env["XLA_PYTHON_CLIENT_MEM_FRACTION"])}
+    return {vm: [{"gpu": p.env["CUDA_VISIBLE_DEVICES"], "memory_fraction": float(p.env["XLA_PYTHON_CLIENT_MEM_FRACTION"]),
+                  "nccl_host": p.env["NCCL_HOSTID"]}
                  for p in layout[vm]] for vm in vms}
 
 

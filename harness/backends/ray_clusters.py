@@ -69,6 +69,7 @@ class EmulatedCluster(RayDriven):
     def __init__(self, driver, devices_per_host, platform, processes, network: EmulatedNetwork,
                  quotas: compute.VMQuotas):
         super().__init__(driver, devices_per_host, platform, processes)
+        self.one_group_at_a_time = layout.sharing(processes, list(processes)) is not None
         self.network, self.quotas = network, quotas
         self.tcp_buffer_bytes = network.tcp_buffer_bytes
         self.compute_shares = quotas.run_shares if quotas.limited else {}

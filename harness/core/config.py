@@ -23,6 +23,10 @@ class Technique(StrEnum):
 
 
 ATTENTION = ("auto", "xla", "cudnn")
+# What a rematerialised block keeps for the backward pass: nothing but its input ("nothing"), or
+# also the outputs of its weight matmuls ("dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable),
+# so that the backward recomputes only the cheap elementwise work and attention's products.
+REMAT_SAVES = ("nothing", "dots")
 # A run's arithmetic: float32 is XLA's default, float32 matmuls as TF32 on GPUs that have it
 # (Ampere, Hopper); float32-full asks for full float32 matmuls (jax_default_matmul_precision
 # highest), as the paper's T4 and RTX 6000 ran, having no TF32; bfloat16 and float16 compute in 16
@@ -48,9 +52,14 @@ class GPTConfig:
     # more arithmetic for the activations of one block instead of all of them, the usual price of
     # a large batch on one GPU. Off by default; the paper's trials ran without it.
     remat: bool = False
+    remat_saves: str = "nothing"  # one of REMAT_SAVES, where remat is on
+    # The embedding and head get vocab_size rounded up to this multiple (GPT-2's 50257 to 50304
+    # at 64), so that the head's matmul tiles evenly on GPUs; the padding's logits are dropped
+    # before the loss, so the model computes the same function. 1: no padding, as the paper ran.
+    vocab_multiple: int = 1
 
     def __post_init__(self):
-        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"):
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "vocab_multiple"):
             if getattr(self, name) < 1:
                 raise BadInput(f"model {self.name}: {name} must be positive, got {getattr(self, name)}")
         if self.n_embd % self.n_head:
@@ -61,10 +70,18 @@ class GPTConfig:
             raise BadInput(f"model {self.name}: dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attention not in ATTENTION:
             raise BadInput(f"model {self.name}: attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if self.remat_saves not in REMAT_SAVES:
+            raise BadInput(f"model {self.name}: remat_saves must be one of {', '.join(REMAT_SAVES)}, "
+                           f"got {self.remat_saves!r}")
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def padded_vocab(self) -> int:
+        """Rows of the embedding (and columns of the head): vocab_size up to a multiple of vocab_multiple."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
 
 MODELS = {

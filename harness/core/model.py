@@ -4,7 +4,9 @@ The model knows nothing about devices or parallelism: techniques place its param
 sharding rules keyed by parameter path, and a pipeline cuts the stacked layers along their
 leading axis. The n_layer blocks are created with nnx.vmap, so every block parameter has a
 leading layer axis, and run with lax.scan, so compile time does not grow with depth; with
-cfg.remat each block is recomputed in the backward pass (jax.checkpoint).
+cfg.remat each block is recomputed in the backward pass (jax.checkpoint, keeping what
+cfg.remat_saves names). With cfg.vocab_multiple the embedding has padded_vocab rows; the head drops
+the padding's logits, so every caller sees vocab_size of them.
 
 Functional use, as the trainer and techniques need it:
     graphdef, params = init(cfg, seed)        # params: nested dict of arrays
@@ -19,6 +21,7 @@ from flax import nnx
 from harness.core.config import GPTConfig
 
 INIT_STD = 0.02  # GPT-2's initializer_range
+REMAT_POLICIES = {"nothing": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
 def _normal(std):
@@ -109,7 +112,7 @@ class GPT(nnx.Module):
     def __init__(self, cfg: GPTConfig, rngs: nnx.Rngs):
         self.cfg = cfg
         # dtype: the tied head's matmul (attend) in the model's arithmetic, not its float32 parameters'.
-        self.wte = nnx.Embed(cfg.vocab_size, cfg.n_embd, embedding_init=_normal(INIT_STD),
+        self.wte = nnx.Embed(cfg.padded_vocab, cfg.n_embd, embedding_init=_normal(INIT_STD),
                              dtype=jnp.dtype(cfg.dtype), rngs=rngs)
         self.wpe = nnx.Embed(cfg.n_positions, cfg.n_embd, embedding_init=_normal(INIT_STD), rngs=rngs)
 
@@ -121,7 +124,7 @@ class GPT(nnx.Module):
         self.blocks = stacked_blocks(rngs)
         self.ln_f = layer_norm(cfg, rngs)
         if not cfg.tie_embeddings:
-            self.lm_head = nnx.Linear(cfg.n_embd, cfg.vocab_size, use_bias=False,
+            self.lm_head = nnx.Linear(cfg.n_embd, cfg.padded_vocab, use_bias=False,
                                       kernel_init=_normal(INIT_STD), dtype=jnp.dtype(cfg.dtype), rngs=rngs)
 
     def embed(self, tokens, dropout_key=None):
@@ -146,7 +149,7 @@ class GPT(nnx.Module):
             return nnx.merge(graphdef, block_state)(h, key)
 
         if self.cfg.remat:
-            block = jax.checkpoint(block)
+            block = jax.checkpoint(block, policy=REMAT_POLICIES[self.cfg.remat_saves])
 
         def step(h, layer):
             block_state, key, on = layer
@@ -158,9 +161,10 @@ class GPT(nnx.Module):
 
     def head(self, x):
         x = self.ln_f(x)
-        if self.cfg.tie_embeddings:
-            return self.wte.attend(x).astype(jnp.float32)
-        return self.lm_head(x).astype(jnp.float32)
+        logits = self.wte.attend(x) if self.cfg.tie_embeddings else self.lm_head(x)
+        # The padding's rows see no token and its columns no target: dropped here, they get zero
+        # gradients and change no loss.
+        return logits[..., :self.cfg.vocab_size].astype(jnp.float32)
 
     def __call__(self, tokens, dropout_key=None):
         k_embed, k_blocks = jax.random.split(dropout_key) if dropout_key is not None else (None, None)

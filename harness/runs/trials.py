@@ -147,6 +147,7 @@ class Runner:
                            f"({', '.join(self.slices)})")
         vms, key = tuple(self.vms_of(trial)), trial.technique
         result = TrialResult(trial)
+        self._hold(vms)
         if (vms, key) not in self.built:
             try:
                 self.built[(vms, key)] = self.cluster.build(vms, key, self.job(trial).to_dict(), self.schedule_steps)
@@ -176,6 +177,7 @@ class Runner:
 
     def _steps(self, trial: Trial, n: int) -> tuple[list[float], list[float]]:
         vms = tuple(self.vms_of(trial))
+        self._hold(vms)
         try:
             first = self.cluster.steps(vms, trial.technique, n)
         except GroupLost:
@@ -210,6 +212,15 @@ class Runner:
     def _repeat(self, result: TrialResult) -> None:
         for _ in range(self.budget.repeats):
             self.step(result)
+
+    def _hold(self, vms: tuple) -> None:
+        """Where the cluster's groups cannot share its GPUs, release every other group first; what
+        was built on them is built again when they come back."""
+        if self.cluster is None or not self.cluster.one_group_at_a_time:
+            return
+        for other in {k[0] for k in self.built} - {vms}:
+            self.cluster.release(other)
+            self._forget(other)
 
     def _forget(self, vms: tuple) -> None:
         """The cluster lost the group of vms: its next use builds anew, and its new workers start over."""

@@ -181,7 +181,7 @@ def spec_of(path: tuple[str, ...], ndim: int, plan: AlpaPlan) -> P:
 
 
 def padded_vocab(cfg: GPTConfig, n: int) -> int:
-    return -(-cfg.vocab_size // n) * n
+    return -(-cfg.padded_vocab // n) * n  # the model's own padding first (cfg.vocab_multiple)
 
 
 def vocab_part(n_rows: int, vocab: int):
@@ -228,7 +228,8 @@ def tensor_blocks(blocks, x, cfg: GPTConfig):
         h = jax.nn.gelu(nnx.merge(norm, p["ln_2"])(x) @ w(f["fc"]["kernel"]) + w(f["fc"]["bias"]), approximate=True)
         return x + jax.lax.psum(h @ w(f["proj"]["kernel"]), ALL) + w(f["proj"]["bias"]), None
 
-    return jax.lax.scan(jax.checkpoint(block) if cfg.remat else block, x, blocks)[0]
+    return jax.lax.scan(jax.checkpoint(block, policy=model.REMAT_POLICIES[cfg.remat_saves]) if cfg.remat else block,
+                        x, blocks)[0]
 
 
 def sum_synced(grads, synced, combine: bool):
