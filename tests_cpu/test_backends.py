@@ -55,3 +55,14 @@ def test_a_markers_keywords_change_only_the_budget_fields_it_names(pytestconfig)
     assert options.budget(pytestconfig, model="scale-tiny").model == "scale-tiny"
     with pytest.raises(BadInput, match="budget: .*'modle'"):
         options.budget(pytestconfig, modle="scale-tiny")
+
+
+def test_a_groups_answer_is_its_first_processes_with_the_fullest_devices_peak():
+    """Process 0 times the step (as Alpa's driver did); memory is the fullest device's."""
+    from harness.backends import protocol
+
+    answers = [{"losses": [1.0], "peak_bytes": 5}, {"losses": [1.0], "peak_bytes": 9}, {"losses": [1.0], "peak_bytes": 7}]
+    assert protocol.fullest(answers) == {"losses": [1.0], "peak_bytes": 9}
+    assert answers[0]["peak_bytes"] == 5  # the answers themselves are left as they came
+    assert protocol.fullest([{"peak_bytes": 5}, {"peak_bytes": None}]) == {"peak_bytes": None}  # CPUs keep no count
+    assert protocol.fullest([{"compile_s": 1.0}, {"compile_s": 2.0}]) == {"compile_s": 1.0}

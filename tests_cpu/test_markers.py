@@ -88,3 +88,15 @@ def test_the_claims_plugin_loads_without_jax():
     code = "import sys, harness.suite.plugin; print(sorted(m for m in ('jax', 'scipy') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_the_gpu_trials_come_in_the_order_of_the_vms_they_train_on():
+    """On a shared GPU one group of VMs holds it at a time and a group that comes back compiles
+    again: the GPU backend runs all VMs of every slice, then each VM alone across the slices."""
+    proc = run_pytest("--collect-only", "-q", "-m", "gpu", "tests_gpu/test_claims_gpu.py")
+    ids = [line.split("[", 1)[1].rstrip("]") for line in proc.stdout.splitlines() if "::test_trial[" in line]
+    groups = [i.rsplit("-", 1)[1] for i in ids]
+    assert ids and groups == sorted(groups, key=lambda g: (g != "4gpu", g)), proc.stdout[-2000:] + proc.stderr
+    cpu = run_pytest("--collect-only", "-q", "-m", "cpu", "tests_cpu/test_claims.py")
+    assert sorted(ids) == sorted(line.split("[", 1)[1].rstrip("]") for line in cpu.stdout.splitlines()
+                                 if "::test_trial[" in line)  # the same trials as on CPU

@@ -43,10 +43,23 @@ def test_what_a_run_was_set_by_reads_back_the_same(tmp_path):
     assert RunConfig.load(path) == run
 
 
+def test_the_trials_batch_is_a_setting_whose_bad_value_is_named_where_it_came_from(tmp_path):
+    """A GPU's share may not hold gpt2m's default batch (docs/gpu.md): the batch is set by file or option."""
+    path = tmp_path / "run.toml"
+    path.write_text('model = "gpt2m"\nbatch_per_gpu = 1\nmicro_batches = 1\n')
+    budget = RunConfig.load(path).check().budget()
+    assert (budget.model, budget.batch_per_gpu, budget.micro_batches) == ("gpt2m", 1, 1)
+    assert RunConfig(model="gpt2m").budget().batch_per_gpu == 2  # unset: the model's own
+    bad = RunConfig.load(path).override({"micro_batches": "--trial-micro-batches"}, micro_batches=0)
+    with pytest.raises(BadInput, match=re.escape("--trial-micro-batches: trial budget: micro_batches must be positive")):
+        bad.check()
+
+
 @pytest.mark.parametrize("text, said", [
     ('modle = "scale-tiny"\n', "run configuration {path}: modle: no such setting; expected one of slices, model"),
     ("repeats = 5.5\n", "run configuration {path}: repeats: must be an integer, got 5.5"),
     ("repeats = true\n", "run configuration {path}: repeats: must be an integer, got True"),
+    ("batch_per_gpu = 1.5\n", "run configuration {path}: batch_per_gpu: must be an integer, got 1.5"),
     ('gpu_speeds = "yes"\n', "run configuration {path}: gpu_speeds: must be true or false, got 'yes'"),
     ("report_dir = 5\n", "run configuration {path}: report_dir: must be a string, got 5"),
     ("memory_models = [1]\n", "run configuration {path}: memory_models: must be a string or a list of strings, got [1]"),

@@ -48,7 +48,9 @@ class Cluster(Protocol):
 
     def steps(self, vms: VMs, key: str, n: int) -> dict:
         """n training steps of the step built under key: VM1's {"losses", "step_times_s"}, which
-        process 0 times, as Alpa's driver did. Raises Failed (GroupLost when the workers died)."""
+        process 0 times, as Alpa's driver did, and "peak_bytes": the most the fullest device of the
+        group held at once since its processes started (None where devices keep no count). Raises
+        Failed (GroupLost when the workers died)."""
 
     def release(self, vms: VMs) -> None:
         """Stop the group's processes, and with them everything built on them; its next use opens
@@ -107,7 +109,7 @@ class ServedGroups:
         problem = next(filter(None, map(protocol.problem, answers.values())), None)
         if problem:
             raise Failed(*problem)
-        return answers[vms[0]]
+        return protocol.fullest([answers[vm] for vm in vms])
 
     def close(self) -> None:
         for vms in list(self.groups):

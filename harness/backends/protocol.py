@@ -15,3 +15,13 @@ def problem(answer) -> tuple[str, str] | None:
     if isinstance(answer, dict) and set(answer) == {"error"}:
         return answer["error"]["status"], answer["error"]["reason"]
     return None
+
+
+def fullest(answers: list[dict]) -> dict:
+    """The first process's answer, with the allocator's peak of the fullest of them where they
+    report one ("peak_bytes" of a steps answer; None where any has no count)."""
+    first = dict(answers[0])
+    if "peak_bytes" in first:
+        peaks = [a.get("peak_bytes") for a in answers]
+        first["peak_bytes"] = max(peaks) if None not in peaks else None
+    return first

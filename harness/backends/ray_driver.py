@@ -116,13 +116,15 @@ class VMWorker:
             server.send(request)
 
     def answer(self, timeout: float) -> dict:
-        """The VM's answer: its first process's, unless another of its processes failed."""
+        """The VM's answer: its first process's, unless another of its processes failed, with the
+        allocator's peak of its fullest process."""
         try:
             answers = [server.answer(timeout) for server in self.servers]
         except TimeoutError:
             self.close()
             raise
-        return next((a for a in answers if protocol.problem(a)), answers[0])
+        failed = next((a for a in answers if protocol.problem(a)), None)
+        return failed or protocol.fullest(answers)
 
     def close(self) -> None:
         for server in self.servers:

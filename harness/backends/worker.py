@@ -12,7 +12,8 @@ one JSON line. Serve mode keeps compiled steps alive between requests, so that a
 compiles each technique once, with the training state of all but the one that runs in host memory
 (train.Stepper.park); it reads one request per line and answers each with one line:
     {"do": "build", "key": k, "job": {...}, "budget_steps": n}  -> {"compile_s", "description", "bytes_per_device"}
-    {"do": "steps", "key": k, "n": n}                           -> {"losses", "step_times_s"} of those n steps
+    {"do": "steps", "key": k, "n": n}                           -> {"losses", "step_times_s"} of those n steps,
+                                                                   "peak_bytes": the allocator's peak (GPUs)
     {"do": "exit"}                                              -> {} and the process ends
 A request that fails answers with the error shape of harness.backends.protocol and the server goes
 on, unless the failure broke the processes' connection, in which case JAX ends the process.
@@ -55,6 +56,15 @@ def init_distributed() -> None:
                                    process_id=int(os.environ["HARNESS_PROCESS_ID"]),
                                    initialization_timeout=120,
                                    heartbeat_timeout_seconds=heartbeat_of(os.environ))
+
+
+def allocator_peak() -> int | None:
+    """The most any of this process's devices held at once since it started (XLA's allocator keeps
+    no per-step peak); None where the devices keep no such count (CPUs)."""
+    import jax  # deferred: only a VM's process loads it, once init_distributed has set JAX up
+
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
+    return max(peaks) if peaks and None not in peaks else None
 
 
 def batch() -> int:
@@ -100,7 +110,8 @@ def serve() -> int:
                 run = steppers[request["key"]].run
                 done = len(run.losses)
                 steppers[request["key"]].advance(request["n"])
-                answer = {"losses": run.losses[done:], "step_times_s": run.step_times_s[done:]}
+                answer = {"losses": run.losses[done:], "step_times_s": run.step_times_s[done:],
+                          "peak_bytes": allocator_peak()}
             elif request["do"] == "exit":
                 print("{}", file=answers, flush=True)
                 return 0

@@ -172,6 +172,7 @@ def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str
                 "median_step_s": median,
                 "epoch_time_s": median * per_epoch if median and per_epoch else None},
         throughput={"tflops_alpa": flops.tflops(alpa, median, n_devices) if median else None,
+                    "tflops_rule": flops.tflops(rule, median, n_devices) if median else None,
                     "mfu": flops.tflops(rule, median, n_devices) / peak if median and peak else None,
                     "peak_tflops": peak,
                     "peak_arithmetic": arithmetic,

@@ -8,6 +8,8 @@ run.toml in the report and hands pytest that file, so the report says what the r
     slices = "quick"                # 'quick', 'all' (Table I), or Table I names / slice files, comma-separated
     model = "scale-small"           # the model every trial trains
     repeats = 5                     # timed steps per trial
+    batch_per_gpu = 2               # optional: sequences per GPU (default: the model's, config.TRIAL_BATCH)
+    micro_batches = 2               # optional: microbatches per step (default: the model's)
     precision = "float32"           # float32, float32-full, bfloat16, float16
     link_scaling = "similarity"     # similarity or literal (docs/claims.md, "Similarity scaling")
     gpu_speeds = false              # on CPU, each emulated VM computes at its GPU's speed
@@ -45,14 +47,16 @@ CLAIMS_ACROSS_VMS = "the claims compare runs on all of a slice's VMs with runs o
 
 # What each setting holds, as a message says it; lists may come as TOML arrays or comma-separated text.
 TYPES = {"slices": "a string or a list of strings", "memory_models": "a string or a list of strings",
-         "repeats": "an integer", "gpu_speeds": "true or false",
+         "repeats": "an integer", "batch_per_gpu": "an integer", "micro_batches": "an integer",
+         "gpu_speeds": "true or false",
          "strict_link": "true or false"}
 
 
 def _typed(key: str, value) -> bool:
     if key in ("slices", "memory_models") and isinstance(value, (list, tuple)):
         return all(isinstance(v, str) for v in value)
-    return type(value) is {"repeats": int, "gpu_speeds": bool, "strict_link": bool}.get(key, str)
+    return type(value) is {"repeats": int, "batch_per_gpu": int, "micro_batches": int, "gpu_speeds": bool,
+                           "strict_link": bool}.get(key, str)
 
 
 def _normal(key: str, value):
@@ -67,6 +71,8 @@ class RunConfig:
     slices: str = "quick"
     model: str = Budget.model
     repeats: int = Budget.repeats
+    batch_per_gpu: int | None = None  # None: the model's trial batch (config.TRIAL_BATCH)
+    micro_batches: int | None = None
     precision: str = Budget.precision
     link_scaling: str = "similarity"
     gpu_speeds: bool = False
@@ -151,7 +157,8 @@ class RunConfig:
     def budget(self, **overrides) -> Budget:
         """What every trial trains (overrides: Budget's fields, for one backend's module)."""
         try:
-            return Budget(**{"model": self.model, "repeats": self.repeats, "precision": self.precision, **overrides})
+            return Budget(**{"model": self.model, "repeats": self.repeats, "precision": self.precision,
+                             "batch_per_gpu": self.batch_per_gpu, "micro_batches": self.micro_batches, **overrides})
         except TypeError as e:
             raise BadInput(f"budget: {e}") from None
 
@@ -159,10 +166,12 @@ class RunConfig:
         """Reads everything it names, so that a bad value stops the run before any work, in one
         line that names where the value came from."""
         for setting, read in (("slices", lambda: self.claim_slices), ("model", lambda: model_config(self.model)),
-                              ("repeats", self.budget), ("memory_models", lambda: self.memory_model_configs),
+                              ("budget", self.budget), ("memory_models", lambda: self.memory_model_configs),
                               ("slice_inventory", lambda: self.live)):
             try:
                 read()
             except BadInput as e:
+                if setting == "budget":  # the budget's message names the field that is wrong
+                    setting = next((k for k in ("batch_per_gpu", "micro_batches") if k in str(e)), "repeats")
                 raise BadInput(f"{self.named(setting)}: {e}") from None
         return self

@@ -66,6 +66,8 @@ class TrialResult:
     status: str = "ok"
     reason: str | None = None
     packets: dict | None = None  # what the emulated link did during the timed steps (its counters)
+    peak_bytes: int | None = None  # the allocator's peak on the fullest device of the trial's processes
+    peak_own: bool = False  # whether this trial's steps set that peak (not an earlier trial of the group)
 
     def fail(self, status: str, reason: str) -> "TrialResult":
         self.status, self.reason = status, reason
@@ -99,6 +101,7 @@ class Runner:
         # checks them.
         self.schedule_steps = (budget.warmup_steps + budget.repeats) * (len(slices) + calibration_trials)
         self.history: dict[tuple, list[float]] = {}  # (VMs, technique) -> every loss, in order
+        self.peaks: dict[tuple, int | None] = {}  # VMs -> the allocator's peak their processes last reported
         self._references: dict[int, list[float]] = {}  # VMs used -> the single-device losses
         self.current_slice: str | None = None
         self.corpus = data.load_corpus()
@@ -148,6 +151,7 @@ class Runner:
         vms, key = tuple(self.vms_of(trial)), trial.technique
         result = TrialResult(trial)
         self._hold(vms)
+        result.peak_bytes = self.peaks.get(vms)  # before this trial: what its group's earlier trials set
         if (vms, key) not in self.built:
             try:
                 self.built[(vms, key)] = self.cluster.build(vms, key, self.job(trial).to_dict(), self.schedule_steps)
@@ -184,6 +188,7 @@ class Runner:
             self._forget(vms)
             raise
         self.history.setdefault((vms, trial.technique), []).extend(first["losses"])
+        self.peaks[vms] = first.get("peak_bytes")
         return first["losses"], first["step_times_s"]
 
     def measure(self, trial: Trial, keep, time_steps=None) -> dict:
@@ -197,6 +202,7 @@ class Runner:
                 before = self._counters(trial)
                 (time_steps or self._repeat)(result)
                 result.packets = _difference(self._counters(trial), before)
+                self._peak(result)
         except Failed as e:
             result.fail(e.status, e.reason)
         except KeyboardInterrupt as e:
@@ -205,6 +211,12 @@ class Runner:
         record = self.record(result)
         keep(record)
         return record
+
+    def _peak(self, result: TrialResult) -> None:
+        """The allocator keeps one peak for a process's life: it is this trial's own where its
+        steps raised it above what the group's earlier trials left (or the group is new)."""
+        before, after = result.peak_bytes, self.peaks.get(tuple(self.vms_of(result.trial)))
+        result.peak_bytes, result.peak_own = after, after is not None and (before is None or after > before)
 
     def _counters(self, trial: Trial) -> dict | None:
         return self.cluster.counters(tuple(self.vms_of(trial)))
@@ -226,6 +238,7 @@ class Runner:
         """The cluster lost the group of vms: its next use builds anew, and its new workers start over."""
         self.built = {k: v for k, v in self.built.items() if k[0] != vms}
         self.history = {k: v for k, v in self.history.items() if k[0] != vms}
+        self.peaks.pop(vms, None)
 
     def set_slice(self, sl: Slice) -> None:
         """Run the trials of slice sl.name on this link from now on (same VMs)."""
@@ -268,12 +281,15 @@ class Runner:
         if trial.slice in self.scaling:
             network["scaling"] = self.scaling[trial.slice]
         cluster = {"slice": trial.slice, "vms_used": vms, "hosts": len(vms), "devices_per_host": self.devices_per_host,
+                   "gpu_types": {vm.name: vm.gpu for vm in self.paper_slices[trial.slice].vms if vm.name in vms},
                    "network": network, **{k: v for k, v in facts.items() if k != "network"}}
         where = records.Placement(trial.technique, self.budget.micro_batches, result.info.get("description"), cluster)
         record = records.build(self.model_cfg, cfg, packed, run if result.step_times_s else None, where,
                                result.status, result.reason, full_fp32=self.budget.precision == "float32-full",
                                memory={"bytes_per_device": result.info.get("bytes_per_device"),
-                                       "source": "xla-memory-analysis of the compiled step" if result.info else None})
+                                       "source": "xla-memory-analysis of the compiled step" if result.info else None,
+                                       **({"allocator_peak_bytes": result.peak_bytes, "allocator_peak_own": result.peak_own}
+                                          if result.peak_bytes is not None else {})})
         if record["status"] == "oom":
             # Only the allocator's out of memory on the GPU the VM stands for is the paper's x.
             paper = self.paper_slices[trial.slice]

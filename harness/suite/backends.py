@@ -133,7 +133,7 @@ def _emulated_cpu(config, log, budget):
     yield from _emulated(config, log, budget, "cpu")
 
 
-@register("emulated-gpu", "the same on this machine's GPUs, shared where there are too few", options.emulated_trials)
+@register("emulated-gpu", "the same on this machine's GPUs, shared where there are too few", options.emulated_gpu_trials)
 def _emulated_gpu(config, log, budget):
     if not layout.visible_gpus():
         # With fewer GPUs than a slice has, the emulated VMs share them (harness.backends.layout).
@@ -164,7 +164,8 @@ def _emulated(config, log, budget, platform: str):
         scaling = calibration.apply(runner, mode, keep)
         if log is not None:
             log.scaling, log.budget = scaling, budget
-        yield Backend(f"emulated-{platform}", runner, chosen, options.emulated_trials(config), declared,
+        trials_of = options.emulated_trials if platform == "cpu" else options.emulated_gpu_trials
+        yield Backend(f"emulated-{platform}", runner, chosen, trials_of(config), declared,
                       scaling if platform == "cpu" else None)
 
 

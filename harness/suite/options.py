@@ -16,6 +16,7 @@ INVENTORY_ENV = "HARNESS_SLICE_INVENTORY"
 _RUN = pytest.StashKey[RunConfig]()
 # option -> the setting it overrides
 SETTINGS = {"--claims-slices": "slices", "--trial-model": "model", "--trial-repeats": "repeats",
+            "--trial-batch-per-gpu": "batch_per_gpu", "--trial-micro-batches": "micro_batches",
             "--trial-precision": "precision", "--link-scaling": "link_scaling", "--gpu-speeds": "gpu_speeds",
             "--shard": "shard", "--memory-models": "memory_models", "--memory-compiler": "memory_compiler",
             "--report-dir": "report_dir", "--slice-inventory": "slice_inventory",
@@ -34,6 +35,11 @@ def add_options(parser) -> None:
                 help=f"model every trial trains (default: {d.model}, the CPU scale model)")
     g.addoption("--trial-repeats", type=int, default=None, metavar="N",
                 help=f"timed steps per trial, at least 5 (default: {d.repeats})")
+    g.addoption("--trial-batch-per-gpu", type=int, default=None, metavar="N",
+                help="sequences per GPU of every trial (default: the model's; gpt2m 2, which in float32 fits an "
+                     "H200's quarter but not an H100's: `python -m harness memory --compiler gpu` forecasts it)")
+    g.addoption("--trial-micro-batches", type=int, default=None, metavar="N",
+                help="microbatches per step of every trial (default: the model's; at most the sequences per GPU)")
     g.addoption("--trial-precision", default=None, choices=PRECISIONS,
                 help="arithmetic of every trial: float32 (XLA's default: TF32 matmuls on GPUs that have it), "
                      "float32-full (no TF32, as the paper's T4 and RTX 6000 ran), bfloat16 or float16 (16-bit "
@@ -112,3 +118,13 @@ def emulated_trials(config) -> list:
         out += [trials.Trial.on(sl, t, sl.vms[0].name) for t in Technique]
         out += [trials.Trial.on(sl, t, vm.name) for vm in sl.vms[1:] for t in (Technique.DATA, Technique.SHARD)]
     return out
+
+
+def emulated_gpu_trials(config) -> list:
+    """emulated_trials in the order of the VMs they train on: on GPUs shared by the emulated ones
+    one group of VMs holds them at a time, and a group that comes back compiles its steps again
+    (harness.backends.layout). All VMs of every slice first, then each VM alone across the slices:
+    a VM's group is the same on every slice, so each is built once."""
+    trials = emulated_trials(config)
+    groups = list(dict.fromkeys(t.vms for t in trials))  # "all" first, then the VMs in slice order
+    return sorted(trials, key=lambda t: groups.index(t.vms))
