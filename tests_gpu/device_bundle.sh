@@ -12,7 +12,8 @@
 # (not `eval "$(... install)" && ...`: eval succeeds on a failed install's empty output)
 #
 # Ray's wheel (79 MB) is over what a call carries; unpacked without its Java jars and the
-# dashboard's source maps and packed with xz it is about 31 MB. Its own dependencies and datasets'
+# dashboard's source maps and packed with xz it is about 31 MB. asyncssh (the live slices' SSH,
+# which the emulated clusters' module imports too) travels with cryptography and cffi. Its own dependencies and datasets'
 # heavy ones (numpy, pandas, pyarrow, fsspec, huggingface-hub) are on the machine already; the
 # small ones that are not travel as wheels. iproute2 travels as Debian packages unpacked with dpkg -x.
 set -euo pipefail
@@ -24,7 +25,8 @@ RAY="ray==2.60.0"
 # where the machine has one already, the bundle's copy comes first on PYTHONPATH.
 WHEELS=(datasets==5.2.0 dill multiprocess xxhash jsonschema jsonschema-specifications referencing rpds-py attrs
         "tokenizers>=0.23,<0.24" "pyroute2>=0.9.7,<0.10" "pytest-benchmark>=5,<6" py-cpuinfo
-        "pytest-xdist>=3.6,<4" execnet hypothesis sortedcontainers)
+        "pytest-xdist>=3.6,<4" execnet hypothesis sortedcontainers
+        "asyncssh>=2.24,<3" cryptography cffi pycparser typing_extensions)
 DEBS=(iproute2 libbpf1 libelf1 libmnl0 libxtables12 libcap2 libbsd0 libmd0 libdb5.3 libtirpc3 libgssapi-krb5-2 libkrb5-3
       libk5crypto3 libkrb5support0 libkeyutils1)
 LIMIT_BYTES=$((60 * 1024 * 1024))  # under the 64 MiB a call carries, with room for the repository
