@@ -152,6 +152,30 @@ def test_a_padded_vocabulary_computes_the_same_loss_and_leaves_the_padding_untou
         assert not jnp.any(grads["lm_head"]["kernel"][:, cfg.vocab_size:])
 
 
+def test_the_loss_over_slices_of_the_sequence_is_the_same_loss_in_less_memory():
+    """loss_chunks computes the head and the loss one slice of the sequence at a time, recomputing
+    each in the backward pass: the same loss and gradients, and the step keeps the logits of one
+    slice instead of all of them (a vocabulary large against the width, as GPT-2's is)."""
+    cfg = GPTConfig(**{**model_config("scale-tiny").__dict__, "vocab_size": 8192})
+    chunked = dataclasses.replace(cfg, loss_chunks=4)
+    graphdef, params = model.init(cfg, seed=0)
+    tokens = jax.random.randint(jax.random.key(1), (8, 65), 0, cfg.vocab_size)
+
+    def loss_and_grads(c):
+        g = model.init(c, seed=0)[0]
+        return jax.jit(jax.value_and_grad(lambda p: model.loss_fn(g, p, tokens[:, :-1], tokens[:, 1:])))
+
+    (whole, grads), (sliced, sliced_grads) = loss_and_grads(cfg)(params), loss_and_grads(chunked)(params)
+    assert sliced == pytest.approx(float(whole), rel=1e-6)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(sliced_grads)):
+        assert jnp.allclose(a, b, atol=1e-6)
+    temp = {c.loss_chunks: loss_and_grads(c).lower(params).compile().memory_analysis().temp_size_in_bytes
+            for c in (cfg, chunked)}
+    assert temp[4] < 0.6 * temp[1], temp
+    with pytest.raises(ValueError, match="loss_chunks 3 does not divide the sequence of 64 tokens"):
+        loss_and_grads(dataclasses.replace(cfg, loss_chunks=3))(params)
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"n_embd": 100, "n_head": 3}, "n_embd 100 is not divisible by n_head 3"),
     ({"n_layer": 0}, "n_layer must be positive"),
@@ -159,6 +183,7 @@ def test_a_padded_vocabulary_computes_the_same_loss_and_leaves_the_padding_untou
     ({"attention": "flash"}, "attention must be one of auto, xla, cudnn, got 'flash'"),
     ({"remat_saves": "everything"}, "remat_saves must be one of nothing, dots, got 'everything'"),
     ({"vocab_multiple": 0}, "vocab_multiple must be positive"),
+    ({"loss_chunks": 0}, "loss_chunks must be positive"),
 ])
 def test_bad_model_config_is_rejected_with_the_field_named(fields, message):
     base = {"name": "bad", "n_layer": 2, "n_head": 4, "n_embd": 64}

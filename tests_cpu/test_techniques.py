@@ -104,10 +104,11 @@ def test_alpas_shard_pads_a_vocabulary_the_gpus_do_not_divide(packed):
 
 
 @pytest.mark.parametrize("name", SAME_UPDATES)
-def test_a_padded_vocabulary_trains_as_on_one_device(name, packed):
-    """The embedding padded to a multiple of 64 rows (cfg.vocab_multiple, 500 words): every
-    technique splits, pads and reduces it as the single-device trainer computes it."""
-    padded = dataclasses.replace(MODEL, vocab_size=MODEL.vocab_size - 12, vocab_multiple=64)
+def test_a_padded_vocabulary_and_a_sliced_loss_train_as_on_one_device(name, packed):
+    """The embedding padded to a multiple of 64 rows (cfg.vocab_multiple, 500 words) and the loss
+    over two slices of the sequence (cfg.loss_chunks; the pipeline's head takes it whole): every
+    technique splits, pads and reduces them as the single-device trainer computes them."""
+    padded = dataclasses.replace(MODEL, vocab_size=MODEL.vocab_size - 12, vocab_multiple=64, loss_chunks=2)
     words = dataclasses.replace(packed, blocks=packed.blocks % padded.vocab_size)
     np.testing.assert_allclose(run_in_process(name, padded, (2, 2), words), train.train(padded, TRAIN, words).losses,
                                rtol=RTOL)

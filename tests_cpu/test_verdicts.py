@@ -397,3 +397,16 @@ def test_c7s_pick_is_excused_as_far_as_the_papers_own_scale_and_this_runs_overhe
     light = limits.Run(links=links_doc(GPN, pipeshard_here=1.3, pipeshard_paper=1.6))  # 0.88x as long
     outcome, message = check(c7(2.0), SIMILARITY, light)
     assert outcome == "failed" and "does not excuse it" in message and "(the smaller, 0.885x, is the figure)" in message, message
+
+
+@pytest.mark.parametrize("alone", [(), ("vm1",), ("vm1", "vm2")])
+def test_the_trials_table_has_as_many_cells_in_every_row_as_its_header(alone):
+    """A run of trials on all VMs only (a GPU's paper phase) once had a header one cell longer than its rows."""
+    from tests_cpu.claim_records import trial
+
+    recs = [trial(t, "UTAH-GPN", [1.0] * 5) for t in Technique]
+    recs += [trial(t, "UTAH-GPN", [2.0] * 5, vms=(vm,)) for vm in alone for t in Technique]
+    text = report.markdown(recs, [], [], {}, [])
+    table = text[text.index("### UTAH-GPN"):].split("\n\n")[1].splitlines()
+    assert len(table) == 2 + len(Technique)
+    assert {line.count("|") for line in table} == {4 + 2 * len(alone)}, table

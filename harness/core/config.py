@@ -57,9 +57,13 @@ class GPTConfig:
     # at 64), so that the head's matmul tiles evenly on GPUs; the padding's logits are dropped
     # before the loss, so the model computes the same function. 1: no padding, as the paper ran.
     vocab_multiple: int = 1
+    # The head and the loss over this many slices of the sequence in turn, each recomputed in the
+    # backward pass: the float32 logits of one slice exist at a time, not of the whole batch
+    # (gpt2m at 16 sequences: 3.3 GB of them). 1: the whole sequence at once.
+    loss_chunks: int = 1
 
     def __post_init__(self):
-        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "vocab_multiple"):
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "vocab_multiple", "loss_chunks"):
             if getattr(self, name) < 1:
                 raise BadInput(f"model {self.name}: {name} must be positive, got {getattr(self, name)}")
         if self.n_embd % self.n_head:

@@ -194,5 +194,23 @@ def token_losses(logits, targets):
 
 
 def loss_fn(graphdef, params, inputs, targets, dropout_key=None):
-    """Mean next-token cross-entropy."""
-    return token_losses(apply(graphdef, params, inputs, dropout_key), targets).mean()
+    """Mean next-token cross-entropy; with cfg.loss_chunks, over slices of the sequence in turn."""
+    net = nnx.merge(graphdef, params)
+    chunks = net.cfg.loss_chunks
+    if chunks == 1:
+        return token_losses(net(inputs, dropout_key), targets).mean()
+    batch, seq = targets.shape
+    if seq % chunks:
+        raise ValueError(f"model {net.cfg.name}: loss_chunks {chunks} does not divide the sequence of {seq} tokens")
+    k_embed, k_blocks = jax.random.split(dropout_key) if dropout_key is not None else (None, None)
+    hidden = net.run_blocks(net.embed(inputs, k_embed), k_blocks)
+    slices = hidden.reshape(batch, chunks, seq // chunks, -1).swapaxes(0, 1)
+    wanted = targets.reshape(batch, chunks, seq // chunks).swapaxes(0, 1)
+
+    @jax.checkpoint  # the backward pass recomputes a slice's logits instead of keeping them all
+    def slice_loss(h, t):
+        return token_losses(net.head(h), t).sum()
+
+    # lax.map, a scan without a carry: in a technique's shard_map a carry would have to say on which
+    # devices it varies.
+    return jax.lax.map(lambda ht: slice_loss(*ht), (slices, wanted)).sum() / targets.size

@@ -154,7 +154,7 @@ def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str
                "n_positions": model_cfg.n_positions, "tie_embeddings": model_cfg.tie_embeddings,
                "params": flops.param_count(model_cfg), "attention": model_cfg.attention,
                "remat": model_cfg.remat, "remat_saves": model_cfg.remat_saves,
-               "vocab_multiple": model_cfg.vocab_multiple},
+               "vocab_multiple": model_cfg.vocab_multiple, "loss_chunks": model_cfg.loss_chunks},
         data={"corpus": data.corpus.description if data else None,
               "tokenizer": data.tokenizer.description if data else None,
               "tokenizer_vocab": data.tokenizer.vocab_size if data else None,
