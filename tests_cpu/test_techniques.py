@@ -114,6 +114,38 @@ def test_a_padded_vocabulary_and_a_sliced_loss_train_as_on_one_device(name, pack
                                rtol=RTOL)
 
 
+@pytest.fixture(scope="module")
+def reference_params(packed):
+    """The single-device trainer's parameters after TRAIN's steps, tied and untied."""
+    return {cfg.tie_embeddings: jax.device_get(train.train(cfg, TRAIN, packed).params) for cfg in (MODEL, UNTIED)}
+
+
+@pytest.mark.parametrize("cfg, shape", [(MODEL, (2, 2)), (UNTIED, (4, 1))], ids=["tied-2x2", "untied-4x1"])
+@pytest.mark.parametrize("name", SAME_UPDATES)
+def test_the_model_a_technique_trained_is_the_single_devices(name, cfg, shape, packed, reference_params):
+    """Plan.model_params puts a technique's parameters back in the model's own tree (Pipeshard's
+    stages, Alpa's padded vocabulary, ...): after the same steps it is the single-device model."""
+    s = stepper(name, cfg, shape, packed)
+    s.advance(TRAIN.steps)
+    ours = jax.device_get(s.plan.model_params(s.params, s.opt_state))
+    assert jax.tree.structure(ours) == jax.tree.structure(reference_params[cfg.tie_embeddings])
+    # AdamW moves a weight by up to the learning rate a step whatever its gradient's size, so a
+    # gradient near zero summed in another order may move it a little differently: the tolerance
+    # is a small part of what TRAIN's steps move a weight (5 x 5e-3).
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(reference_params[cfg.tie_embeddings])):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-4)
+
+
+def test_diloco_model_is_its_outer_one(packed, reference_params):
+    """On one VM, outer learning rate 1, no momentum and a sync after the last step, DiLoCo's
+    outer model is where Data's AdamW steps took it."""
+    s = stepper(DILOCO, MODEL, (1, 4), packed, sync_every=TRAIN.steps, outer_lr=1.0, outer_momentum=0.0)
+    s.advance(TRAIN.steps)
+    ours = jax.device_get(s.plan.model_params(s.params, s.opt_state))
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(reference_params[True])):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-4)
+
+
 def test_shard_with_tensor_parallel_plan_matches(packed, reference):
     plan = IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=True)
     np.testing.assert_allclose(run_in_process("Shard", MODEL, (2, 2), packed, plan=plan),
@@ -261,6 +293,39 @@ def test_diloco_vms_part_between_syncs_and_meet_at_every_sync(packed):
         s.advance(1)
         same = all(np.array_equal(x[0], x[1]) for x in rows(s.params))
         assert same == (step % 2 == 0), step
+
+
+def test_streaming_diloco_syncs_its_fragments_in_turn(packed):
+    """Two fragments, H = 4 (MODEL's four layers: layers 0-1 with the embeddings and the final
+    norm, then layers 2-3): after inner step 2 the VMs share the first fragment and still differ
+    in the second, after step 4 they share the second, and so on; the embeddings go with the first."""
+    s = stepper(DILOCO, MODEL, (2, 2), packed, dataclasses.replace(TRAIN, steps=8), sync_every=4, fragments=2)
+    for step in range(1, 9):
+        s.advance(1)
+        params = jax.device_get(s.params)
+        first = [params["wte"]["embedding"]] + [x[:, :2] for x in jax.tree.leaves(params["blocks"])]
+        second = [x[:, 2:] for x in jax.tree.leaves(params["blocks"])]
+        assert all(np.array_equal(x[0], x[1]) for x in first) == (step % 4 == 2), step
+        assert all(np.array_equal(x[0], x[1]) for x in second) == (step % 4 == 0), step
+
+
+def test_streaming_diloco_with_one_fragment_is_diloco(packed):
+    a = stepper(DILOCO, MODEL, (2, 2), packed, sync_every=2).advance(TRAIN.steps).losses
+    b = stepper(DILOCO, MODEL, (2, 2), packed, sync_every=2, fragments=1).advance(TRAIN.steps).losses
+    np.testing.assert_array_equal(a, b)
+
+
+def test_streaming_diloco_sends_a_fragment_per_sync():
+    """Each sync branch all-reduces one fragment across VMs; together the branches carry one copy
+    of the parameters, and no branch carries more than the largest fragment."""
+    found, dph = collectives_of(DILOCO, micro_batches=MICRO_BATCHES, sync_every=4, fragments=2)
+    crossing = [c for c in found if c.crosses_hosts(dph)]
+    assert crossing and all(c.op == "all-reduce" and c.in_branch and not c.in_loop for c in crossing)
+    assert sum(c.elements for c in crossing) == param_count(MODEL)
+    by_branch = {}  # a fragment's all-reduces sit in the computation of the branch that syncs it
+    for c in crossing:
+        by_branch[c.computation] = by_branch.get(c.computation, 0) + c.elements
+    assert len(by_branch) == 2 and max(by_branch.values()) < 0.75 * param_count(MODEL), by_branch
 
 
 def test_only_diloco_pseudo_gradient_crosses_the_vms_and_only_on_a_sync():

@@ -72,3 +72,34 @@ def test_step_times_exclude_compilation(first_run):
     assert first_run.compile_s > 0
     assert len(first_run.step_times_s) == 300
     assert first_run.median_step_s < first_run.compile_s
+
+
+def test_a_held_out_split_is_never_trained_on_and_its_loss_is_the_models(packed):
+    """data.held_out keeps the last blocks apart, whole batches of them; the held-out loss of a
+    stepper is the model's mean loss on them, through a technique's Plan as on one device."""
+    import jax
+
+    from harness.core import model
+    from harness.errors import BadInput
+    from harness.techniques import ClusterShape, technique
+
+    cfg = TrainConfig(steps=3, batch_size=8, seq_len=64)
+    fit, held = data.held_out(packed, 0.005, 8)  # a few batches of the fixture corpus
+    assert len(held.blocks) >= 8 and len(held.blocks) % 8 == 0
+    assert np.array_equal(np.concatenate([fit.blocks, held.blocks]), packed.blocks)
+    trained = {row.tobytes() for step in range(2 * fit.steps_per_epoch(8)) for row in fit.batch(step, 8, 0)[0]}
+    assert not trained & {row[:-1].tobytes() for row in held.blocks}
+    for bad in (0.0, 1.0, float("nan")):
+        with pytest.raises(BadInput, match="held-out fraction must be between 0 and 1"):
+            data.held_out(packed, bad, 8)
+    with pytest.raises(BadInput, match="cannot give a held-out 1e-06 of whole batches of 8"):
+        data.held_out(packed, 1e-6, 8)
+
+    graphdef, params = model.init(MODEL, cfg.seed)
+    loss = jax.jit(lambda p, x, y: model.loss_fn(graphdef, p, x, y))
+    expected = np.mean([float(loss(params, rows[:, :-1], rows[:, 1:])) for rows in np.split(held.blocks, len(held.blocks) // 8)])
+    plan = technique("Data").build(MODEL, ClusterShape(2, 2), cfg, cfg.steps)
+    stepper = train.plan_stepper(plan, MODEL, cfg, fit, train.TrainRun(cfg.steps))
+    assert stepper.held_out_loss(graphdef, held, 8) == pytest.approx(expected, rel=1e-5)  # before any step
+    stepper.advance(3)
+    assert stepper.held_out_loss(graphdef, held, 8) < expected - 0.05  # three steps learn something

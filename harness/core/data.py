@@ -148,6 +148,21 @@ class PackedCorpus:
         return rows[:, :-1], rows[:, 1:]
 
 
+def held_out(packed: PackedCorpus, fraction: float, batch_size: int) -> tuple[PackedCorpus, PackedCorpus]:
+    """(train, held out): the last `fraction` of the blocks held out, whole batches of batch_size
+    of them, never trained on. The blocks follow the corpus's order, so only the document that
+    straddles the cut has tokens on both sides."""
+    if not 0 < fraction < 1:
+        raise BadInput(f"held-out fraction must be between 0 and 1, got {fraction}")
+    held = int(len(packed.blocks) * fraction) // batch_size * batch_size
+    if held < batch_size or len(packed.blocks) - held < batch_size:
+        raise BadInput(f"corpus {packed.corpus.description}: {len(packed.blocks)} blocks cannot give a held-out "
+                       f"{fraction:g} of whole batches of {batch_size} and a batch to train on")
+    cut = len(packed.blocks) - held
+    return (PackedCorpus(packed.corpus, packed.tokenizer, packed.blocks[:cut]),
+            PackedCorpus(packed.corpus, packed.tokenizer, packed.blocks[cut:]))
+
+
 def prepare(vocab_size: int, seq_len: int, batch_size: int, corpus: Corpus | None = None,
             tokenizer_dir: str | Path | None = None) -> PackedCorpus:
     """Load (or reuse) a corpus, get its tokenizer, tokenize, pack; check sizes against the model."""

@@ -5,6 +5,7 @@ is the numerical reference every technique is checked against; a technique chang
 the placement of state, while the loop, the timing and the record stay the same. Compilation
 is done ahead of the loop so that its time is reported on its own and no step time includes it.
 """
+import functools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -100,7 +101,9 @@ class Stepper:
     technique, which alone fits.
     """
 
-    def __init__(self, run: TrainRun, step_fn, params, opt_state, args):
+    def __init__(self, run: TrainRun, step_fn, params, opt_state, args, plan=None):
+        """plan: the technique's Plan where the step is one (its model_params), else None."""
+        self.plan = plan
         start = time.perf_counter()
         self.step_fn = step_fn.lower(params, opt_state, *args(0)).compile()
         run.compile_s = time.perf_counter() - start
@@ -137,6 +140,20 @@ class Stepper:
         self.run.params = self.params
         return self.run
 
+    def held_out_loss(self, graphdef, held: PackedCorpus, batch_size: int) -> float:
+        """Mean next-token loss of the model trained so far on every block of `held`, batch_size
+        blocks at a time (data.held_out gives whole batches); every process of a run calls this
+        in step. A technique's model is its Plan's model_params."""
+        self.unpark()
+        params = self.plan.model_params(self.params, self.opt_state) if self.plan else self.params
+        # Whole on every device the model is on; from a callback, which every process answers
+        # from its own copy of the corpus.
+        where = jax.tree.leaves(params)[0].sharding
+        place = lambda x: jax.make_array_from_callback(x.shape, where, lambda index: x[index])
+        losses = [local_scalar(_loss(graphdef, params, place(rows[:, :-1]), place(rows[:, 1:])))
+                  for rows in np.split(held.blocks, len(held.blocks) // batch_size)]
+        return float(np.mean(losses))
+
     def bytes_per_device(self) -> int | None:
         return needed_bytes(self.step_fn)
 
@@ -161,6 +178,11 @@ class HostCopy:
             self.shape, self.sharding, [jax.device_put(data, device) for device, data in self.shards])
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _loss(graphdef, params, inputs, targets):
+    return model.loss_fn(graphdef, params, inputs, targets)
+
+
 def needed_bytes(compiled) -> int | None:
     """Per-device bytes of a compiled step: arguments + unaliased outputs + temporaries (XLA's analysis)."""
     m = compiled.memory_analysis()
@@ -174,4 +196,4 @@ def plan_stepper(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpu
     _, canonical = model.init(model_cfg, cfg.seed)  # the same initial model as the reference
     params, opt_state = plan.init_state(canonical)
     return Stepper(run, plan.step, params, opt_state,
-                   lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)))
+                   lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)), plan)

@@ -123,6 +123,9 @@ class Plan:
     batch_spec: P
     step: Callable  # jitted, donating params and optimizer state
     details: dict = field(default_factory=dict)
+    # (params, opt_state) in the technique's layout -> the model's own parameter tree (model.init's),
+    # the inverse of layout; None where the layout is that tree. DiLoCo's model is its outer one.
+    canonical: Callable | None = None
 
     def describe(self) -> str:
         lines = [f"{self.technique} on mesh {dict(self.mesh.shape)} (hosts = VMs, devices = GPUs per VM), "
@@ -134,6 +137,12 @@ class Plan:
         params = place(jax.device_get(self.layout(canonical_params)), self.mesh, self.param_specs)
         opt_state = jax.jit(self.opt_init, out_shardings=shardings(self.mesh, self.opt_specs))(params)
         return params, opt_state
+
+    def model_params(self, params, opt_state):
+        """The model the technique has trained so far, in the model's own tree, whole on every
+        device (every process of a run calls this in step): what a held-out loss is computed on."""
+        canonical = self.canonical or (lambda p, _: p)
+        return jax.jit(canonical, out_shardings=NamedSharding(self.mesh, P()))(params, opt_state)
 
     def place_batch(self, inputs, targets):
         return tuple(place(self.batch_layout(np.asarray(x)), self.mesh, self.batch_spec) for x in (inputs, targets))

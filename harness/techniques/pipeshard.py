@@ -203,7 +203,7 @@ class PipeshardParallel(ParallelMethod):
         n_stages, sizes, tied = stages.n, stages.sizes, stages.tied
         return Plan(
             technique=self.name, mesh=mesh, micro_batches=m,
-            layout=stages.layout, param_specs=param_specs,
+            layout=stages.layout, param_specs=param_specs, canonical=lambda params, _: stages.canonical(params),
             opt_init=optimizer.init, opt_specs=opt_specs,
             batch_layout=lambda x: microbatches(x, m), batch_spec=batch_spec,
             step=jax.jit(step, donate_argnums=(0, 1)),
@@ -257,6 +257,17 @@ class Stages:
                "wte": per_stage(params["wte"]["embedding"], first | last if self.tied else first)}
         if not self.tied:
             out["lm_head"] = per_stage(params["lm_head"]["kernel"], last)
+        return out
+
+    def canonical(self, staged):
+        """layout's inverse: each stage's own layers in order, the embeddings from the first stage
+        (a tied copy on the last is kept equal to it), the final norm and head from the last."""
+        blocks = jax.tree.map(lambda x: jnp.concatenate([x[s, :n] for s, n in enumerate(self.sizes)]),
+                              staged["blocks"])
+        out = {"blocks": blocks, "wpe": {"embedding": staged["wpe"][0]},
+               "ln_f": jax.tree.map(lambda x: x[-1], staged["ln_f"]), "wte": {"embedding": staged["wte"][0]}}
+        if not self.tied:
+            out["lm_head"] = {"kernel": staged["lm_head"][-1]}
         return out
 
     def stage_model(self, p):

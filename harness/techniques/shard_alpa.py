@@ -284,6 +284,15 @@ class AlpaShardParallel(ParallelMethod):
                 return jnp.pad(x, widths)
             return jax.tree_util.tree_map_with_path(pad, params)
 
+        def unpadded(params, _):
+            """layout's inverse: the vocabulary matrices without the rows it added."""
+            def cut(path, x):
+                dim = split_dim(dict_path(path), plan)
+                if plan.vocab != VOCAB or dict_path(path)[0] not in ("wte", "lm_head"):
+                    return x
+                return jax.lax.slice_in_dim(x, 0, model_cfg.padded_vocab, axis=dim)
+            return jax.tree_util.tree_map_with_path(cut, params)
+
         abstract = jax.eval_shape(layout, canonical)
         specs = jax.tree_util.tree_map_with_path(lambda p, x: spec_of(dict_path(p), x.ndim, plan), abstract)
         optimizer = optim.make(cfg, total_steps, abstract)
@@ -335,7 +344,7 @@ class AlpaShardParallel(ParallelMethod):
         ps, os_, bs = shardings(mesh, specs), shardings(mesh, opt_specs), shardings(mesh, P(ALL))
         return Plan(
             technique=self.name, mesh=mesh, micro_batches=m,
-            layout=layout, param_specs=specs, opt_init=optimizer.init, opt_specs=opt_specs,
+            layout=layout, param_specs=specs, opt_init=optimizer.init, opt_specs=opt_specs, canonical=unpadded,
             batch_layout=lambda x: x, batch_spec=P(ALL),
             step=jax.jit(step, in_shardings=(ps, os_, bs, bs), out_shardings=(ps, os_, shardings(mesh, P())),
                          donate_argnums=(0, 1)),
