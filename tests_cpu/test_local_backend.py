@@ -81,3 +81,30 @@ def test_a_group_whose_worker_died_fails_its_trial_and_is_opened_anew(backend, c
     assert vms not in runner.cluster.groups and not any(k[0] == vms for k in runner.built)
     again = runner.measure(trial, lambda r: None)
     assert again["status"] == "ok" and again["timing"]["compile_s"] > 0, again["reason"]
+
+
+def test_a_runner_with_a_held_out_split_measures_the_loss_of_what_a_step_has_trained():
+    """Runner(held_out=...) gives every job a held-out split; held_out_loss asks the group's
+    workers for the loss of their model on it, which training lowers. A runner without one
+    answers with a failure that says so."""
+    from harness.backends import local
+    from harness.backends.contract import Failed
+    from harness.core.config import Budget
+    from harness.platform import slices
+    from harness.runs import trials
+
+    sl = slices.load("UTAH-GPN")
+    trial = trials.Trial.on(sl, "Data")
+    with local.local(sl) as cluster:
+        runner = trials.Runner(cluster, [sl], Budget(model="scale-tiny"), held_out=0.01)
+        prepared = runner.prepare(trial)
+        assert prepared.status == "ok", prepared.reason
+        before = runner.held_out_loss(trial)
+        for _ in range(5):
+            runner.step(prepared)
+        assert runner.held_out_loss(trial) < before
+        plain = trials.Runner(cluster, [sl], Budget(model="scale-tiny"))
+        cluster.release(tuple(plain.vms_of(trial)))
+        assert plain.prepare(trial).status == "ok"
+        with pytest.raises(Failed, match="built without a held-out split"):
+            plain.held_out_loss(trial)

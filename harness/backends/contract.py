@@ -52,6 +52,10 @@ class Cluster(Protocol):
         group held at once since its processes started (None where devices keep no count). Raises
         Failed (GroupLost when the workers died)."""
 
+    def held_out_loss(self, vms: VMs, key: str) -> float:
+        """The loss of the model built under key, as trained so far, on its job's held-out blocks
+        (harness.runs.jobs.Job.held_out). Raises Failed."""
+
     def release(self, vms: VMs) -> None:
         """Stop the group's processes, and with them everything built on them; its next use opens
         it again with nothing built."""
@@ -84,6 +88,9 @@ class ServedGroups:
     def __init__(self, devices_per_host: int, step_timeout_s: float = 600):
         self.devices_per_host, self.step_timeout_s = devices_per_host, step_timeout_s
         self.groups: set[VMs] = set()
+
+    def held_out_loss(self, vms: VMs, key: str) -> float:
+        return self._first(vms, {"do": "eval", "key": key})["held_out_loss"]
 
     def release(self, vms: VMs) -> None:
         if vms in self.groups:

@@ -14,6 +14,8 @@ compiles each technique once, with the training state of all but the one that ru
     {"do": "build", "key": k, "job": {...}, "budget_steps": n}  -> {"compile_s", "description", "bytes_per_device"}
     {"do": "steps", "key": k, "n": n}                           -> {"losses", "step_times_s"} of those n steps,
                                                                    "peak_bytes": the allocator's peak (GPUs)
+    {"do": "eval", "key": k}                                    -> {"held_out_loss"}: its model on the job's
+                                                                   held-out blocks (Job.held_out)
     {"do": "exit"}                                              -> {} and the process ends
 A request that fails answers with the error shape of harness.backends.protocol and the server goes
 on, unless the failure broke the processes' connection, in which case JAX ends the process.
@@ -92,14 +94,14 @@ def serve() -> int:
     init_distributed()
     # deferred: only a VM's process loads it, once init_distributed has set JAX up
     from harness.backends import protocol
-    from harness.runs.jobs import Job, start
+    from harness.runs.jobs import Job, held_out_loss, start
 
     steppers = {}
     for line in sys.stdin:
         request = json.loads(line)
         try:
             for key, stepper in steppers.items():  # the one that runs next gets the devices' memory
-                if request["do"] in ("build", "steps") and key != request["key"]:
+                if request["do"] in ("build", "steps", "eval") and key != request["key"]:
                     stepper.park()
             if request["do"] == "build":
                 stepper, description = start(Job.from_dict(request["job"]), request.get("budget_steps"))
@@ -112,6 +114,8 @@ def serve() -> int:
                 steppers[request["key"]].advance(request["n"])
                 answer = {"losses": run.losses[done:], "step_times_s": run.step_times_s[done:],
                           "peak_bytes": allocator_peak()}
+            elif request["do"] == "eval":
+                answer = {"held_out_loss": held_out_loss(steppers[request["key"]])}
             elif request["do"] == "exit":
                 print("{}", file=answers, flush=True)
                 return 0

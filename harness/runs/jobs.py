@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import jax
 
-from harness.core import data, train
+from harness.core import data, model, train
 from harness.core.config import GPTConfig, TrainConfig
 from harness.techniques import ClusterShape, technique
 from harness.techniques.shard_alpa import AlpaPlan
@@ -28,6 +28,7 @@ class Job:
     corpus: str | None = None
     corpus_config: str | None = None
     full_fp32: bool = False  # compile with full float32 matmuls (no TF32), as config.PRECISIONS says
+    held_out: float | None = None  # this fraction of the corpus kept apart for held-out losses, never trained on
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -57,11 +58,23 @@ def start(job: Job, budget_steps: int | None = None) -> tuple[train.Stepper, str
     tech.validate(model_cfg, shape, cfg.batch_size)  # before loading or tokenizing anything
     corpus = data.load_corpus(job.corpus, job.corpus_config)
     packed = data.prepare(model_cfg.vocab_size, seq_len, cfg.batch_size, corpus)
+    held = None
+    if job.held_out is not None:
+        packed, held = data.held_out(packed, job.held_out, cfg.batch_size)
     total = budget_steps or train.total_steps(cfg, packed)  # steps or epochs
     plan = tech.build(model_cfg, shape, cfg, total)
     # The precision is fixed when the step is compiled: the compiled step keeps it.
     with jax.default_matmul_precision("highest") if job.full_fp32 else contextlib.nullcontext():
-        return train.plan_stepper(plan, model_cfg, cfg, packed, train.TrainRun(total)), plan.describe()
+        stepper = train.plan_stepper(plan, model_cfg, cfg, packed, train.TrainRun(total))
+    stepper.held_out = held and (model.abstract_init(model_cfg)[0], held, cfg.batch_size)
+    return stepper, plan.describe()
+
+
+def held_out_loss(stepper: train.Stepper) -> float:
+    """The stepper's model's loss on the held-out blocks of its job (Job.held_out)."""
+    if not getattr(stepper, "held_out", None):
+        raise ValueError("this step was built without a held-out split (Job.held_out)")
+    return stepper.held_out_loss(*stepper.held_out)
 
 
 def execute(job: Job) -> dict:

@@ -83,11 +83,13 @@ class Runner:
     trial is made of, what was built and on which VMs, the losses of every compiled step, the RTT
     of each slice, and the trials' records. The cluster does the work."""
 
-    def __init__(self, cluster: Cluster | None, slices: list[Slice], budget: Budget, calibration_trials: int = 0):
+    def __init__(self, cluster: Cluster | None, slices: list[Slice], budget: Budget, calibration_trials: int = 0,
+                 held_out: float | None = None):
         """cluster: None for a runner that only makes trials' configurations and records (tests).
         calibration_trials: trials some technique runs before the sweep (harness.experiments.calibration),
-        which the optimizer schedule spans."""
-        self.cluster, self.budget = cluster, budget
+        which the optimizer schedule spans. held_out: the fraction of the corpus every step keeps
+        apart, never training on it, for held_out_loss (None: it trains on all of it)."""
+        self.cluster, self.budget, self.held_out = cluster, budget, held_out
         self.slices = {sl.name: sl for sl in slices}  # the links the trials run on (set_slice changes them)
         self.paper_slices = dict(self.slices)  # the slices as given: the paper's links
         self.scaling: dict[str, dict] = {}  # slice -> how its link was scaled (harness.experiments.calibration)
@@ -127,10 +129,14 @@ class Runner:
         the history of every compiled step on that many VMs is a prefix of them."""
         if n_vms not in self._references:
             cfg = dataclasses.replace(self.train_config_for(n_vms), steps=self.schedule_steps)
-            packed = data.prepare(self.model_cfg.vocab_size, cfg.resolved_seq_len(self.model_cfg), cfg.batch_size,
-                                  self.corpus)
-            self._references[n_vms] = train.train(self.model_cfg, cfg, packed).losses
+            self._references[n_vms] = train.train(self.model_cfg, cfg, self.training_data(cfg)).losses
         return self._references[n_vms]
+
+    def training_data(self, cfg: TrainConfig) -> data.PackedCorpus:
+        """What a step of batch cfg.batch_size trains on: the corpus, less what is held out."""
+        packed = data.prepare(self.model_cfg.vocab_size, cfg.resolved_seq_len(self.model_cfg), cfg.batch_size,
+                              self.corpus)
+        return data.held_out(packed, self.held_out, cfg.batch_size)[0] if self.held_out is not None else packed
 
     def job(self, trial: Trial) -> Job:
         hosts, devices = self.shape(trial)
@@ -139,7 +145,7 @@ class Runner:
             options["combine"] = self.budget.combine
         return Job(player(trial.technique), dataclasses.asdict(self.model_cfg), hosts, devices,
                    train=dataclasses.asdict(self.train_config(trial)), options=options,
-                   full_fp32=self.budget.precision == "float32-full")
+                   full_fp32=self.budget.precision == "float32-full", held_out=self.held_out)
 
     # -- running ------------------------------------------------------------------------------
     def prepare(self, trial: Trial) -> TrialResult:
@@ -212,6 +218,17 @@ class Runner:
         keep(record)
         return record
 
+    def held_out_loss(self, trial: Trial) -> float:
+        """The loss on the held-out blocks of the model the trial's step has trained so far (the
+        runner's held_out must be set). Raises Failed."""
+        vms = tuple(self.vms_of(trial))
+        self._hold(vms)
+        try:
+            return self.cluster.held_out_loss(vms, trial.technique)
+        except GroupLost:
+            self._forget(vms)
+            raise
+
     def _peak(self, result: TrialResult) -> None:
         """The allocator keeps one peak for a process's life: it is this trial's own where its
         steps raised it above what the group's earlier trials left (or the group is new)."""
@@ -267,8 +284,7 @@ class Runner:
         trial = result.trial
         vms = self.vms_of(trial)
         cfg = self.train_config(trial)
-        packed = data.prepare(self.model_cfg.vocab_size, cfg.resolved_seq_len(self.model_cfg), cfg.batch_size,
-                              self.corpus)
+        packed = self.training_data(cfg)
         run = train.TrainRun(len(result.step_times_s), losses=result.losses, step_times_s=result.step_times_s,
                              compile_s=result.info.get("compile_s"), excluded_steps=0)  # warm-up already dropped
         facts = self.cluster.facts(tuple(vms)) if self.cluster is not None else {"network": {"mechanism": None}}
