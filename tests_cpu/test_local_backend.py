@@ -108,3 +108,27 @@ def test_a_runner_with_a_held_out_split_measures_the_loss_of_what_a_step_has_tra
         assert plain.prepare(trial).status == "ok"
         with pytest.raises(Failed, match="built without a held-out split"):
             plain.held_out_loss(trial)
+
+
+def test_each_technique_is_timed_to_the_target_data_on_one_vm_sets():
+    """The target is the held-out loss Data on VM1 alone reaches after a few steps; Data on all
+    VMs and DiLoCo reach it within the cap, with the tokens and timed seconds it took and a loss
+    curve that ends at or under it; a cap too short is "not reached", a result of its own."""
+    from harness.backends import local
+    from harness.core.config import Budget
+    from harness.experiments import time_to_loss
+    from harness.platform import slices
+    from harness.runs import trials
+
+    sl = slices.load("UTAH-GPN")
+    with local.local(sl) as cluster:
+        runner = trials.Runner(cluster, [sl], Budget(model="scale-tiny"), held_out=time_to_loss.HELD_OUT,
+                               schedule_steps=60, options={"DiLoCo": {"sync_every": 4}})
+        target = time_to_loss.target_loss(runner, sl, 20)
+        for name in ("Data", "DiLoCo"):
+            got = time_to_loss.to_target(runner, trials.Trial.on(sl, name), target, eval_every=5, cap_steps=60)
+            assert got.status == "reached", got
+            assert got.curve[-1][2] <= target < got.curve[0][2] and got.seconds > 0
+            assert got.tokens == got.steps * runner.train_config(trials.Trial.on(sl, name)).batch_size * 64
+        short = time_to_loss.to_target(runner, trials.Trial.on(sl, "Shard"), target, eval_every=1, cap_steps=2)
+        assert short.status == "not reached" and short.steps == 2 and short.curve[-1][2] > target

@@ -84,11 +84,15 @@ class Runner:
     of each slice, and the trials' records. The cluster does the work."""
 
     def __init__(self, cluster: Cluster | None, slices: list[Slice], budget: Budget, calibration_trials: int = 0,
-                 held_out: float | None = None):
+                 held_out: float | None = None, schedule_steps: int | None = None, options: dict | None = None):
         """cluster: None for a runner that only makes trials' configurations and records (tests).
         calibration_trials: trials some technique runs before the sweep (harness.experiments.calibration),
         which the optimizer schedule spans. held_out: the fraction of the corpus every step keeps
-        apart, never training on it, for held_out_loss (None: it trains on all of it)."""
+        apart, never training on it, for held_out_loss (None: it trains on all of it).
+        schedule_steps: the optimizer schedule's length where a caller trains longer than the
+        sweep's trials (harness.experiments.time_to_loss). options: technique -> its options beyond
+        the budget's (DiLoCo's sync_every, say)."""
+        self.options = options or {}
         self.cluster, self.budget, self.held_out = cluster, budget, held_out
         self.slices = {sl.name: sl for sl in slices}  # the links the trials run on (set_slice changes them)
         self.paper_slices = dict(self.slices)  # the slices as given: the paper's links
@@ -101,7 +105,7 @@ class Runner:
         # a calibration trial before them), so the losses of every compiled step, warm-up included
         # (history), are a prefix of a plain run of that length: the single-device reference
         # checks them.
-        self.schedule_steps = (budget.warmup_steps + budget.repeats) * (len(slices) + calibration_trials)
+        self.schedule_steps = schedule_steps or (budget.warmup_steps + budget.repeats) * (len(slices) + calibration_trials)
         self.history: dict[tuple, list[float]] = {}  # (VMs, technique) -> every loss, in order
         self.peaks: dict[tuple, int | None] = {}  # VMs -> the allocator's peak their processes last reported
         self._references: dict[int, list[float]] = {}  # VMs used -> the single-device losses
@@ -143,6 +147,7 @@ class Runner:
         options = {"micro_batches": self.budget.micro_batches}
         if technique_class(trial.technique).combines:
             options["combine"] = self.budget.combine
+        options.update(self.options.get(trial.technique, {}))
         return Job(player(trial.technique), dataclasses.asdict(self.model_cfg), hosts, devices,
                    train=dataclasses.asdict(self.train_config(trial)), options=options,
                    full_fp32=self.budget.precision == "float32-full", held_out=self.held_out)
