@@ -6,4 +6,5 @@ infer.py               the paper's unstated setup, inferred from its observed ru
 report.py              claims.md, claims.json and figures from a run's records and verdicts
 compare.py             a run against a baseline: slowdowns and changed verdicts
 rejudge.py             a run's records judged again, by today's claims
+time_to_loss.py        beyond the paper: each technique's time and tokens to a target held-out loss
 """
