@@ -115,7 +115,9 @@ def test_each_technique_is_timed_to_the_target_data_on_one_vm_sets():
     VMs and DiLoCo reach it within the cap, with the tokens and timed seconds it took and a loss
     curve that ends at or under it; a cap too short is "not reached", a result of its own."""
     from harness.backends import local
+    from harness.backends.contract import Failed
     from harness.core.config import Budget
+    from harness.errors import BadInput
     from harness.experiments import time_to_loss
     from harness.platform import slices
     from harness.runs import trials
@@ -132,3 +134,11 @@ def test_each_technique_is_timed_to_the_target_data_on_one_vm_sets():
             assert got.tokens == got.steps * runner.train_config(trials.Trial.on(sl, name)).batch_size * 64
         short = time_to_loss.to_target(runner, trials.Trial.on(sl, "Shard"), target, eval_every=1, cap_steps=2)
         assert short.status == "not reached" and short.steps == 2 and short.curve[-1][2] > target
+        # a step that has trained already would count from where it is, not from the start
+        with pytest.raises(BadInput, match="Data-UTAH-GPN-4gpu has trained on this runner already"):
+            time_to_loss.to_target(runner, trials.Trial.on(sl, "Data"), target, eval_every=5, cap_steps=60)
+    # a NaN or an infinite loss is a failure, never a result
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(Failed, match="Data-UTAH-GPN-4gpu after 3 steps: the held-out loss is"):
+            time_to_loss.measured(bad, "Data-UTAH-GPN-4gpu after 3 steps")
+    assert time_to_loss.measured(2.5, "x") == 2.5

@@ -14,6 +14,7 @@ recorded as failed, never as reached or not.
     target = target_loss(runner, sl, reference_steps)
     result = to_target(runner, Trial.on(sl, "DiLoCo"), target, eval_every=5, cap_steps=cap)
 """
+import math
 from dataclasses import asdict, dataclass, field
 
 from harness.backends.contract import Failed
@@ -55,13 +56,23 @@ def target_loss(runner: Runner, sl: Slice, steps: int) -> float:
         raise Failed(prepared.status, f"the reference run ({trial.label}): {prepared.reason}")
     for _ in range(steps - runner.budget.warmup_steps):
         runner.step(prepared)
-    return runner.held_out_loss(trial)
+    return measured(runner.held_out_loss(trial), f"the reference run ({trial.label}) after {steps} steps")
+
+
+def measured(loss: float, where: str) -> float:
+    """A held-out loss that is a number; a NaN or an infinity is a failure, never a result."""
+    if not math.isfinite(loss):
+        raise Failed("error", f"{where}: the held-out loss is {loss}")
+    return loss
 
 
 def to_target(runner: Runner, trial: Trial, target: float, eval_every: int, cap_steps: int) -> ToTarget:
     """Train trial's step until its held-out loss is at most target, measuring it every eval_every
     steps, for at most cap_steps steps."""
     _check(eval_every, cap_steps)
+    if (tuple(runner.vms_of(trial)), trial.technique) in runner.built:
+        raise BadInput(f"time to target: {trial.label} has trained on this runner already; its time to the "
+                       "target is measured from an untrained model")
     result = ToTarget(trial.technique, trial.slice, trial.vms, target)
     tokens_per_step = runner.train_config(trial).batch_size * runner.train_config(trial).resolved_seq_len(
         runner.model_cfg)
@@ -71,7 +82,7 @@ def to_target(runner: Runner, trial: Trial, target: float, eval_every: int, cap_
             return _failed(result, prepared.reason)
         result.steps = runner.budget.warmup_steps
         while True:
-            loss = runner.held_out_loss(trial)
+            loss = measured(runner.held_out_loss(trial), f"{trial.label} after {result.steps} steps")
             result.tokens = result.steps * tokens_per_step
             result.curve.append((result.tokens, result.seconds, loss))
             if loss <= target:

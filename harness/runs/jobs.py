@@ -66,7 +66,7 @@ def start(job: Job, budget_steps: int | None = None) -> tuple[train.Stepper, str
     # The precision is fixed when the step is compiled: the compiled step keeps it.
     with jax.default_matmul_precision("highest") if job.full_fp32 else contextlib.nullcontext():
         stepper = train.plan_stepper(plan, model_cfg, cfg, packed, train.TrainRun(total))
-    stepper.held_out = held and (model.abstract_init(model_cfg)[0], held, cfg.batch_size)
+    stepper.held_out = (model.abstract_init(model_cfg)[0], held, cfg.batch_size) if held is not None else None
     return stepper, plan.describe()
 
 
