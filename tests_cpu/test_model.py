@@ -176,6 +176,26 @@ def test_the_loss_over_slices_of_the_sequence_is_the_same_loss_in_less_memory():
         loss_and_grads(dataclasses.replace(cfg, loss_chunks=3))(params)
 
 
+def test_the_blocks_written_out_compute_what_the_loop_over_them_computes():
+    """scan_unroll changes the program, not the function: the loop over the layers one block at a
+    time, two at a time (a remainder left over) and every block written out give the same loss and
+    gradients."""
+    cfg = dataclasses.replace(model_config("scale-tiny"), n_layer=3)
+    graphdef, params = model.init(cfg, seed=0)
+    tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, cfg.vocab_size)
+
+    def loss_and_grads(unroll):
+        g = model.init(dataclasses.replace(cfg, scan_unroll=unroll), seed=0)[0]
+        return jax.jit(jax.value_and_grad(lambda p: model.loss_fn(g, p, tokens[:, :-1], tokens[:, 1:])))(params)
+
+    looped, looped_grads = loss_and_grads(1)
+    for unroll in (2, 3, 8):
+        loss, grads = loss_and_grads(unroll)
+        assert loss == pytest.approx(float(looped), rel=1e-6)
+        for a, b in zip(jax.tree.leaves(looped_grads), jax.tree.leaves(grads)):
+            assert jnp.allclose(a, b, atol=1e-6)
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"n_embd": 100, "n_head": 3}, "n_embd 100 is not divisible by n_head 3"),
     ({"n_layer": 0}, "n_layer must be positive"),
@@ -184,6 +204,7 @@ def test_the_loss_over_slices_of_the_sequence_is_the_same_loss_in_less_memory():
     ({"remat_saves": "everything"}, "remat_saves must be one of nothing, dots, got 'everything'"),
     ({"vocab_multiple": 0}, "vocab_multiple must be positive"),
     ({"loss_chunks": 0}, "loss_chunks must be positive"),
+    ({"scan_unroll": 0}, "scan_unroll must be positive"),
 ])
 def test_bad_model_config_is_rejected_with_the_field_named(fields, message):
     base = {"name": "bad", "n_layer": 2, "n_head": 4, "n_embd": 64}

@@ -61,9 +61,14 @@ class GPTConfig:
     # backward pass: the float32 logits of one slice exist at a time, not of the whole batch
     # (gpt2m at 16 sequences: 3.3 GB of them). 1: the whole sequence at once.
     loss_chunks: int = 1
+    # Blocks per iteration of the loop over the layers: 1 keeps one block's program, run n_layer
+    # times; n_layer writes every block out, which spares a GPU the loop's slicing of the stacked
+    # parameters and saved activations at the price of a longer compile. The same function either way.
+    scan_unroll: int = 1
 
     def __post_init__(self):
-        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "vocab_multiple", "loss_chunks"):
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "vocab_multiple", "loss_chunks",
+                     "scan_unroll"):
             if getattr(self, name) < 1:
                 raise BadInput(f"model {self.name}: {name} must be positive, got {getattr(self, name)}")
         if self.n_embd % self.n_head:

@@ -156,7 +156,7 @@ class GPT(nnx.Module):
             run = lambda h: block(h, block_state, key)
             return (run(h) if on is None else jnp.where(on, run(h), h)), None
 
-        x, _ = jax.lax.scan(step, x, (state, keys, active))
+        x, _ = jax.lax.scan(step, x, (state, keys, active), unroll=min(self.cfg.scan_unroll, layers))
         return x
 
     def head(self, x):
