@@ -127,16 +127,23 @@ def test_each_technique_is_timed_to_the_target_data_on_one_vm_sets():
         runner = trials.Runner(cluster, [sl], Budget(model="scale-tiny"), held_out=time_to_loss.HELD_OUT,
                                schedule_steps=60, options={"DiLoCo": {"sync_every": 4}})
         target = time_to_loss.target_loss(runner, sl, 20)
+        first = {}
         for name in ("Data", "DiLoCo"):
-            got = time_to_loss.to_target(runner, trials.Trial.on(sl, name), target, eval_every=5, cap_steps=60)
+            got = first[name] = time_to_loss.to_target(runner, trials.Trial.on(sl, name), target, eval_every=5,
+                                                       cap_steps=60)
             assert got.status == "reached", got
             assert got.curve[-1][2] <= target < got.curve[0][2] and got.seconds > 0
             assert got.tokens == got.steps * runner.train_config(trials.Trial.on(sl, name)).batch_size * 64
         short = time_to_loss.to_target(runner, trials.Trial.on(sl, "Shard"), target, eval_every=1, cap_steps=2)
         assert short.status == "not reached" and short.steps == 2 and short.curve[-1][2] > target
-        # a step that has trained already would count from where it is, not from the start
-        with pytest.raises(BadInput, match="Data-UTAH-GPN-4gpu has trained on this runner already"):
-            time_to_loss.to_target(runner, trials.Trial.on(sl, "Data"), target, eval_every=5, cap_steps=60)
+        # A repeat starts the compiled step over from the untrained model: the same curve of losses
+        # (same seed and data), its own times; and so does the reference.
+        again = time_to_loss.to_target(runner, trials.Trial.on(sl, "Data"), target, eval_every=5, cap_steps=60)
+        assert [loss for _, _, loss in again.curve] == [loss for _, _, loss in first["Data"].curve]
+        assert again.steps == first["Data"].steps and again.link_bytes is None  # loopback: nothing counted
+        assert time_to_loss.target_loss(runner, sl, 20) == target
+        with pytest.raises(BadInput, match="eval_every must be at least 1 and the cap at least 2 steps, got 0 and 60"):
+            time_to_loss.to_target(runner, trials.Trial.on(sl, "Data"), target, eval_every=0, cap_steps=60)
     # a NaN or an infinite loss is a failure, never a result
     for bad in (float("nan"), float("inf")):
         with pytest.raises(Failed, match="Data-UTAH-GPN-4gpu after 3 steps: the held-out loss is"):

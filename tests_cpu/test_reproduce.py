@@ -51,3 +51,7 @@ def test_a_run_stopped_before_any_claim_does_not_point_at_a_report():
                                           "what it recorded is in reports/r/ (calibration.jsonl)")
     finished = {**stopped, "pytest_exit_status": 1, "files": ["claims.md", "results.jsonl"]}
     assert reproduce.summary(finished) == "run r: 78 s, report in reports/r/claims.md"
+    only = {**stopped, "pytest_exit_status": 0, "files": ["beyond.json", "beyond.md"],
+            "beyond": [{"part": "B1.crossover", "status": "holds"}]}
+    assert reproduce.summary(only).splitlines() == ["run r: 78 s, report in reports/r/beyond.md",
+                                                    "  B1.crossover       holds (beyond the paper)"]

@@ -103,3 +103,20 @@ def test_a_held_out_split_is_never_trained_on_and_its_loss_is_the_models(packed)
     assert stepper.held_out_loss(graphdef, held, 8) == pytest.approx(expected, rel=1e-5)  # before any step
     stepper.advance(3)
     assert stepper.held_out_loss(graphdef, held, 8) < expected - 0.05  # three steps learn something
+
+
+def test_a_restarted_stepper_trains_again_from_the_untrained_model(packed):
+    """restart() puts a technique's compiled step back to its initial state, schedule and data: the
+    same losses step for step as its first run (DiLoCo's outer state too), without a new compile."""
+    from harness.techniques import ClusterShape, technique
+
+    cfg = TrainConfig(steps=6, batch_size=8, seq_len=64)
+    for name, options in (("Data", {}), ("DiLoCo", {"sync_every": 2})):
+        plan = technique(name, **options).build(MODEL, ClusterShape(2, 2), cfg, cfg.steps)
+        stepper = train.plan_stepper(plan, MODEL, cfg, packed, train.TrainRun(cfg.steps))
+        compiled = stepper.step_fn
+        first = list(stepper.advance(6).losses)
+        stepper.park()  # restart from parked state too
+        stepper.restart()
+        assert stepper.run.losses == [] and stepper.step_fn is compiled
+        assert stepper.advance(6).losses == first, name

@@ -56,6 +56,10 @@ class Cluster(Protocol):
         """The loss of the model built under key, as trained so far, on its job's held-out blocks
         (harness.runs.jobs.Job.held_out). Raises Failed."""
 
+    def restart(self, vms: VMs, key: str) -> None:
+        """Put the step built under key back to its untrained model and optimizer state, its
+        schedule and data at step 0, keeping what was compiled. Raises Failed."""
+
     def release(self, vms: VMs) -> None:
         """Stop the group's processes, and with them everything built on them; its next use opens
         it again with nothing built."""
@@ -91,6 +95,9 @@ class ServedGroups:
 
     def held_out_loss(self, vms: VMs, key: str) -> float:
         return self._first(vms, {"do": "eval", "key": key})["held_out_loss"]
+
+    def restart(self, vms: VMs, key: str) -> None:
+        self._first(vms, {"do": "restart", "key": key})
 
     def release(self, vms: VMs) -> None:
         if vms in self.groups:

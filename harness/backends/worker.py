@@ -16,6 +16,7 @@ compiles each technique once, with the training state of all but the one that ru
                                                                    "peak_bytes": the allocator's peak (GPUs)
     {"do": "eval", "key": k}                                    -> {"held_out_loss"}: its model on the job's
                                                                    held-out blocks (Job.held_out)
+    {"do": "restart", "key": k}                                 -> {}: its untrained state again, at step 0
     {"do": "exit"}                                              -> {} and the process ends
 A request that fails answers with the error shape of harness.backends.protocol and the server goes
 on, unless the failure broke the processes' connection, in which case JAX ends the process.
@@ -101,7 +102,7 @@ def serve() -> int:
         request = json.loads(line)
         try:
             for key, stepper in steppers.items():  # the one that runs next gets the devices' memory
-                if request["do"] in ("build", "steps", "eval") and key != request["key"]:
+                if request["do"] in ("build", "steps", "eval", "restart") and key != request["key"]:
                     stepper.park()
             if request["do"] == "build":
                 stepper, description = start(Job.from_dict(request["job"]), request.get("budget_steps"))
@@ -116,6 +117,9 @@ def serve() -> int:
                           "peak_bytes": allocator_peak()}
             elif request["do"] == "eval":
                 answer = {"held_out_loss": held_out_loss(steppers[request["key"]])}
+            elif request["do"] == "restart":
+                steppers[request["key"]].restart()
+                answer = {}
             elif request["do"] == "exit":
                 print("{}", file=answers, flush=True)
                 return 0

@@ -67,6 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="after the claims, infer the paper's unstated setup from its observed runs and judge C4 apart "
                         "from that choice (`python -m harness memory --infer` on the run's slices, a compile per "
                         "setup tried): inference.md and inference.json in the report")
+    p.add_argument("--beyond", nargs="?", const="also", choices=("also", "only"), default=None,
+                   help="beyond the paper: every technique, DiLoCo too, trained to one target loss on each slice's own "
+                        "link, and claims B1 (the RTT above which DiLoCo reaches it before Pipeshard) and B2 (bytes "
+                        "across the link per target): the section 'Beyond the paper' of claims.md, beyond.md, "
+                        "beyond.json, beyond.jsonl and figures (harness/experiments/beyond.py). '--beyond' runs it "
+                        "after the paper's claims, '--beyond only' instead of them")
     p.add_argument("--threshold", type=float, default=compare.THRESHOLD,
                    help="slowdown of a trial's median step time that counts as a regression (default: %(default)s = +50%%)")
 
@@ -102,7 +108,9 @@ def run(args) -> tuple[int, dict]:
             "--benchmark-columns", "median,min,max,rounds"]
     print(f"reproduce ({mode}): {suite} -> {out}", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    status = _pytest(argv)
+    status = 0 if args.beyond == "only" else _pytest(argv)
+    if args.beyond and status != INTERRUPTED:
+        status = max(status, _beyond(run_config, out))
     wall = time.perf_counter() - start
     result = {"run_id": run_id, "mode": mode, "report_dir": str(out), "pytest_exit_status": status,
               "wall_s": round(wall, 1), "files": sorted(p.name for p in out.iterdir())}
@@ -111,6 +119,9 @@ def run(args) -> tuple[int, dict]:
         result["files"] = sorted(p.name for p in out.iterdir())
     claims_file = out / "claims.json"
     result["verdicts"] = json.loads(claims_file.read_text())["verdicts"] if claims_file.is_file() else []
+    beyond_file = out / "beyond.json"
+    if beyond_file.is_file():
+        result["beyond"] = json.loads(beyond_file.read_text())["verdicts"]
     # The shipped baselines ran the mode's own slices: a run on others has nothing to compare with them.
     # They ran every VM at full speed, too, and the default Shard: a run at the GPUs' speeds or with
     # another Shard differs from them by design.
@@ -152,6 +163,45 @@ def _infer(which: str, out: Path, narrower: tuple[str, ...] = ()) -> int:
     return 0
 
 
+def _beyond(run_config: RunConfig, out: Path) -> int:
+    """The sweep of harness.experiments.beyond on the run's slices, on an emulated cluster of its
+    own, into the report; each result goes to beyond.jsonl as it comes, so that Ctrl-C loses none."""
+    # deferred: JAX and Ray load only where the sweep runs
+    from harness.backends import ray_clusters
+    from harness.backends.emulation import netns
+    from harness.experiments import beyond
+    from harness.runs import records, trials
+
+    problem = netns.missing_privileges()
+    if problem:
+        print(f"reproduce --beyond: cannot emulate slices here: {problem}", file=sys.stderr)
+        return 1
+    settings, chosen = beyond.Settings(), run_config.claim_slices
+
+    def keep(result):
+        records.append(out / "beyond.jsonl", result.to_dict())
+        print(f"reproduce --beyond: {result.technique} on {result.slice}, repeat {result.repeat + 1}: {result.status} "
+              f"after {result.steps} steps, {result.seconds:.1f} s", file=sys.stderr, flush=True)
+
+    print(f"reproduce --beyond: {', '.join(beyond.TECHNIQUES)} to a target on {', '.join(sl.name for sl in chosen)}",
+          file=sys.stderr, flush=True)
+    try:
+        with ray_clusters.emulated(chosen) as cluster:
+            runner = trials.Runner(cluster, chosen, settings.budget(run_config.budget()), **settings.runner_options)
+            doc = beyond.sweep(runner, settings, keep).to_dict()
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    judged = beyond.judge(doc)
+    (out / "beyond.json").write_text(json.dumps({**doc, "verdicts": judged}, indent=1))
+    section = beyond.markdown(doc, judged)
+    (out / "beyond.md").write_text(section)
+    beyond.figures(doc, out)
+    claims_md = out / "claims.md"
+    if claims_md.is_file():  # a section of its own, after the paper's
+        claims_md.write_text(claims_md.read_text().rstrip("\n") + "\n\n" + section)
+    return 0
+
+
 def _pytest(argv: list[str]) -> int:
     return _child(argv, stdout=sys.stderr)
 
@@ -180,8 +230,9 @@ def _child(argv: list[str], stdout) -> int:
 
 def summary(result: dict) -> str:
     ended = "interrupted" if result["pytest_exit_status"] == INTERRUPTED else "ended"
-    lines = [f"run {result['run_id']}: {result['wall_s']:.0f} s, report in {result['report_dir']}/claims.md"
-             if "claims.md" in result["files"] else
+    report_file = next((f for f in ("claims.md", "beyond.md") if f in result["files"]), None)
+    lines = [f"run {result['run_id']}: {result['wall_s']:.0f} s, report in {result['report_dir']}/{report_file}"
+             if report_file else
              f"run {result['run_id']} {ended} after {result['wall_s']:.0f} s without a report; "
              f"what it recorded is in {result['report_dir']}/ ({', '.join(f for f in result['files'] if not f.startswith('.')) or 'nothing'})"]
     if result["verdicts"]:
@@ -198,6 +249,8 @@ def summary(result: dict) -> str:
                              f"{'unknown' if e['gap'] is None else format(e['gap'], '.3g') + 'x'} against the paper, "
                              f"bound {'unknown' if e['bound'] is None else format(e['bound'], '.3g') + 'x'}; "
                              f"{e['mechanism']}: {figure} (threshold {e['threshold']:g}x)")
+    for v in result.get("beyond", []):
+        lines.append(f"  {v['part']:18} {v['status']} (beyond the paper)")
     if "comparison" in result:
         lines.append(compare.summary(result["comparison"]))
     return "\n".join(lines)

@@ -101,9 +101,10 @@ class Stepper:
     technique, which alone fits.
     """
 
-    def __init__(self, run: TrainRun, step_fn, params, opt_state, args, plan=None):
-        """plan: the technique's Plan where the step is one (its model_params), else None."""
-        self.plan = plan
+    def __init__(self, run: TrainRun, step_fn, params, opt_state, args, plan=None, initial=None):
+        """plan: the technique's Plan where the step is one (its model_params), else None.
+        initial: () -> (params, opt_state) as they were before the first step, for restart()."""
+        self.plan, self.initial = plan, initial
         start = time.perf_counter()
         self.step_fn = step_fn.lower(params, opt_state, *args(0)).compile()
         run.compile_s = time.perf_counter() - start
@@ -115,6 +116,18 @@ class Stepper:
         if self.parked is None:
             self.parked = jax.tree.map(HostCopy.of, (self.params, self.opt_state))
             self.params = self.opt_state = self.run.params = None  # the last references to the device buffers
+
+    def restart(self) -> None:
+        """Back to the untrained model, optimizer state and schedule, the data from its first
+        batch, with the compiled step kept: a second run from scratch without a second compile
+        (repeats of a time to target, harness.experiments.time_to_loss)."""
+        if self.initial is None:
+            raise ValueError("this step was built without its initial state")
+        self.parked = self.params = self.opt_state = self.run.params = None  # freed before the new state
+        self.params, self.opt_state = self.initial()
+        self.run.losses.clear()
+        self.run.step_times_s.clear()
+        self.next_step = 0
 
     def unpark(self) -> None:
         if self.parked is not None:
@@ -193,7 +206,9 @@ def needed_bytes(compiled) -> int | None:
 
 def plan_stepper(plan, model_cfg: GPTConfig, cfg: TrainConfig, data: PackedCorpus, run: TrainRun) -> Stepper:
     """A technique's Plan, initialised from the reference model and compiled (every process calls this)."""
-    _, canonical = model.init(model_cfg, cfg.seed)  # the same initial model as the reference
-    params, opt_state = plan.init_state(canonical)
+    def initial():
+        return plan.init_state(model.init(model_cfg, cfg.seed)[1])  # the same initial model as the reference
+
+    params, opt_state = initial()
     return Stepper(run, plan.step, params, opt_state,
-                   lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)), plan)
+                   lambda step: plan.place_batch(*data.batch(step, cfg.batch_size, cfg.seed)), plan, initial)

@@ -7,4 +7,5 @@ report.py              claims.md, claims.json and figures from a run's records a
 compare.py             a run against a baseline: slowdowns and changed verdicts
 rejudge.py             a run's records judged again, by today's claims
 time_to_loss.py        beyond the paper: each technique's time and tokens to a target held-out loss
+beyond.py              the five techniques timed to one target on every slice, and claims B1 and B2
 """

@@ -8,7 +8,10 @@ after a stated number of steps. Every run trains on the same corpus less its hel
 measured on the held-out part every `eval_every` steps; the time is the sum of its timed steps (the
 first step, which pays one-time costs, is trained but not timed, as in the trials). A run that does
 not reach the target within the cap is "not reached", a result of its own; one that fails is
-recorded as failed, never as reached or not.
+recorded as failed, never as reached or not. Each run starts from the untrained model: a step that
+has trained before (a repeat, another slice) starts over with its compile kept (Runner.prepare's
+fresh), so repeats differ in their times, not in their losses. Where the cluster counts the link's
+packets, the bytes that crossed it during the training steps are kept too.
 
     runner = Runner(cluster, [sl], budget, held_out=HELD_OUT, schedule_steps=cap)
     target = target_loss(runner, sl, reference_steps)
@@ -35,8 +38,12 @@ class ToTarget:
     steps: int = 0  # trained, the untimed first one included
     tokens: int = 0
     seconds: float = 0.0  # the timed steps' wall-clock time
+    # delivered across the link by the training steps (with the few packets of the RTT probe a
+    # change of slice sends); None: not counted (one VM, a live slice)
+    link_bytes: int | None = None
     curve: list = field(default_factory=list)  # (tokens, seconds, held-out loss) at every measurement
     reason: str | None = None
+    repeat: int = 0  # which of a sweep's repeats (harness.experiments.beyond)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,7 +58,7 @@ def _check(eval_every: int, cap_steps: int) -> None:
 def target_loss(runner: Runner, sl: Slice, steps: int) -> float:
     """The held-out loss Data on the slice's first VM alone reaches after `steps` steps."""
     trial = Trial.on(sl, "Data", sl.vms[0].name)
-    prepared = runner.prepare(trial)
+    prepared = runner.prepare(trial, fresh=True)
     if prepared.status != "ok":
         raise Failed(prepared.status, f"the reference run ({trial.label}): {prepared.reason}")
     for _ in range(steps - runner.budget.warmup_steps):
@@ -70,16 +77,16 @@ def to_target(runner: Runner, trial: Trial, target: float, eval_every: int, cap_
     """Train trial's step until its held-out loss is at most target, measuring it every eval_every
     steps, for at most cap_steps steps."""
     _check(eval_every, cap_steps)
-    if (tuple(runner.vms_of(trial)), trial.technique) in runner.built:
-        raise BadInput(f"time to target: {trial.label} has trained on this runner already; its time to the "
-                       "target is measured from an untrained model")
     result = ToTarget(trial.technique, trial.slice, trial.vms, target)
     tokens_per_step = runner.train_config(trial).batch_size * runner.train_config(trial).resolved_seq_len(
         runner.model_cfg)
     try:
-        prepared = runner.prepare(trial)
+        before = runner.counters(trial)  # the untimed first step crosses the link too
+        prepared = runner.prepare(trial, fresh=True)
         if prepared.status != "ok":
             return _failed(result, prepared.reason)
+        if before is not None:
+            result.link_bytes = delivered(before, runner.counters(trial))
         result.steps = runner.budget.warmup_steps
         while True:
             loss = measured(runner.held_out_loss(trial), f"{trial.label} after {result.steps} steps")
@@ -90,11 +97,18 @@ def to_target(runner: Runner, trial: Trial, target: float, eval_every: int, cap_
                 return result
             if result.steps >= cap_steps:
                 return result
+            before = runner.counters(trial)
             for _ in range(min(eval_every, cap_steps - result.steps)):
                 result.seconds += runner.step(prepared)
                 result.steps += 1
+            if before is not None:  # the held-out loss's own traffic, between these blocks, is not the training's
+                result.link_bytes += delivered(before, runner.counters(trial))
     except Failed as e:
         return _failed(result, e.reason)
+
+
+def delivered(before: dict, after: dict) -> int:
+    return after["delivered_bytes"] - before["delivered_bytes"]
 
 
 def _failed(result: ToTarget, reason: str | None) -> ToTarget:

@@ -153,9 +153,10 @@ class Runner:
                    full_fp32=self.budget.precision == "float32-full", held_out=self.held_out)
 
     # -- running ------------------------------------------------------------------------------
-    def prepare(self, trial: Trial) -> TrialResult:
+    def prepare(self, trial: Trial, fresh: bool = False) -> TrialResult:
         """Compile (once per technique and set of VMs), set the network for this trial's slice and
-        run the warm-up steps; a trial that cannot be built or warmed up comes back failed."""
+        run the warm-up steps; a trial that cannot be built or warmed up comes back failed.
+        fresh: a step that has trained starts over from its untrained state (its compile kept)."""
         if trial.slice not in self.slices:
             raise BadInput(f"trial {trial.label}: slice {trial.slice!r} is not one of this run's "
                            f"({', '.join(self.slices)})")
@@ -176,6 +177,8 @@ class Runner:
             return result.fail(built.status, built.reason)
         result.info = built
         try:
+            if fresh and self.history.get((vms, key)):
+                self._restart(vms, key)
             if len(vms) > 1:
                 self._use_slice(trial.slice)
             self._steps(trial, self.budget.warmup_steps)  # after a change of RTT too: TCP settles first
@@ -189,6 +192,14 @@ class Runner:
         result.losses += losses
         result.step_times_s += times
         return times[0]
+
+    def _restart(self, vms: tuple, key: str) -> None:
+        try:
+            self.cluster.restart(vms, key)
+        except GroupLost:
+            self._forget(vms)
+            raise
+        self.history[(vms, key)] = []
 
     def _steps(self, trial: Trial, n: int) -> tuple[list[float], list[float]]:
         vms = tuple(self.vms_of(trial))
@@ -210,9 +221,9 @@ class Runner:
         try:
             result = self.prepare(trial)
             if result.status == "ok":
-                before = self._counters(trial)
+                before = self.counters(trial)
                 (time_steps or self._repeat)(result)
-                result.packets = _difference(self._counters(trial), before)
+                result.packets = _difference(self.counters(trial), before)
                 self._peak(result)
         except Failed as e:
             result.fail(e.status, e.reason)
@@ -240,7 +251,8 @@ class Runner:
         before, after = result.peak_bytes, self.peaks.get(tuple(self.vms_of(result.trial)))
         result.peak_bytes, result.peak_own = after, after is not None and (before is None or after > before)
 
-    def _counters(self, trial: Trial) -> dict | None:
+    def counters(self, trial: Trial) -> dict | None:
+        """The link's packet counters between the trial's VMs (Cluster.counters); None: not counted."""
         return self.cluster.counters(tuple(self.vms_of(trial)))
 
     def _repeat(self, result: TrialResult) -> None:

@@ -1,0 +1,311 @@
+"""Beyond the paper: the five techniques, DiLoCo with the paper's four, timed to one target loss on
+every slice's link, and the two claims that answer which to use across sites today.
+
+    B1  Above some RTT, DiLoCo reaches the target loss before Pipeshard (the crossover RTT, with
+        its interval from the repeats).
+    B2  DiLoCo sends less data across the slow link per target reached, by a measured factor.
+
+The sweep (sweep()), on each slice's own link (its RTT as given, the collectives combined as on
+GPUs): on each slice, the target is the held-out loss Data on the slice's first VM
+reaches after `reference_steps` steps (harness.experiments.time_to_loss); then every technique on
+all the slice's VMs trains to it, `repeats` times, each from the untrained model, its held-out loss
+measured every `eval_every` steps, at most `cap_steps` steps. A run that does not reach the target
+within the cap is "not reached", a result of its own; a failure is an error and never a time.
+
+These claims are kept apart from the paper's (claims.md's section "Beyond the paper", beyond.json),
+with the same rules: comparisons with IDs, a difference counts only beyond the repeats' robust
+spread (harness.runs.noise), and a crash is never a result.
+"""
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from harness.errors import BadInput
+from harness.experiments.time_to_loss import HELD_OUT, target_loss, to_target
+from harness.paper.claims import CONTRADICTED, HOLDS, NOISE, NOT_SHOWN, Comparison, Verdict, compare_times
+from harness.runs import noise
+from harness.runs.trials import ALL_VMS, Runner, Trial
+
+TECHNIQUES = ("Data", "ZeRO2", "Shard", "Pipeshard", "DiLoCo")
+B1 = "B1.crossover"
+B2 = "B2.bytes"
+STATEMENTS = {
+    B1: "Above some RTT, DiLoCo reaches the target loss before Pipeshard.",
+    B2: "DiLoCo sends less data across the slow link per target reached than Data and Pipeshard.",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    reference_steps: int = 20  # Data on one VM sets the target after this many steps
+    eval_every: int = 2  # finer would time the target more closely, and cost an evaluation more often
+    cap_steps: int = 60
+    repeats: int = 3
+    sync_every: int = 4  # DiLoCo's inner steps per outer step (H)
+    techniques: tuple = TECHNIQUES
+    # Collectives combined as XLA does on GPUs (Budget.combine), not the CPU runtime's one per
+    # tensor, each of which would pay the RTT: across sites that is what a user's GPUs would do.
+    combine: bool = True
+
+    def budget(self, base):
+        """The claims' budget (model, batch, precision) with the sweep's collectives."""
+        return dataclasses.replace(base, combine=self.combine)
+
+    def check(self) -> None:
+        for name in ("reference_steps", "eval_every", "repeats", "sync_every"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"beyond: {name} must be at least 1, got {getattr(self, name)}")
+        if self.cap_steps < max(2, self.reference_steps):
+            raise BadInput(f"beyond: cap_steps must be at least reference_steps ({self.reference_steps}) and 2, "
+                           f"got {self.cap_steps}")
+        unknown = sorted(set(self.techniques) - set(TECHNIQUES))
+        if unknown:
+            raise BadInput(f"beyond: unknown technique(s) {', '.join(unknown)}; expected some of {', '.join(TECHNIQUES)}")
+
+    @property
+    def runner_options(self) -> dict:
+        return {"held_out": HELD_OUT, "schedule_steps": self.cap_steps,
+                "options": {"DiLoCo": {"sync_every": self.sync_every}}}
+
+
+@dataclass
+class Sweep:
+    settings: Settings
+    budget: dict = field(default_factory=dict)  # the runner's (model, batch, precision, collectives)
+    rtt_ms: dict = field(default_factory=dict)  # slice -> its link's RTT, as measured by the runs
+    targets: dict = field(default_factory=dict)  # slice -> target held-out loss
+    results: list = field(default_factory=list)  # ToTarget, each with its repeat
+
+    def to_dict(self) -> dict:
+        return {"settings": {**self.settings.__dict__, "techniques": list(self.settings.techniques)},
+                "budget": self.budget, "rtt_ms": self.rtt_ms, "targets": self.targets,
+                "results": [r.to_dict() for r in self.results]}
+
+
+def sweep(runner: Runner, settings: Settings, keep=lambda result: None) -> Sweep:
+    """Every technique of settings on every slice of the runner (made with settings.runner_options),
+    timed to the slice's target; keep(result) gets each result as it comes, failed ones too."""
+    settings.check()
+    done = Sweep(settings, dataclasses.asdict(runner.budget))
+    for sl in runner.slices.values():
+        done.targets[sl.name] = target_loss(runner, sl, settings.reference_steps)
+        for repeat in range(settings.repeats):
+            for technique in settings.techniques:
+                result = to_target(runner, Trial.on(sl, technique), done.targets[sl.name], settings.eval_every,
+                                   settings.cap_steps)
+                result.repeat = repeat
+                done.results.append(result)
+                keep(result)
+        done.rtt_ms[sl.name] = runner.rtt_ms.get(sl.name, sl.rtt_ms)
+    return done
+
+
+# -- the table --------------------------------------------------------------------------------------
+def runs(doc: dict, technique: str, slice_name: str) -> list[dict]:
+    return [r for r in doc["results"] if r["technique"] == technique and r["slice"] == slice_name
+            and r["vms"] == ALL_VMS]
+
+
+def times(rs: list[dict]) -> list[float] | None:
+    """Each repeat's seconds to the target, infinite where it was not reached; None where a repeat
+    failed or none ran: an error is never a time."""
+    if not rs or any(r["status"] == "error" for r in rs):
+        return None
+    return [r["seconds"] if r["status"] == "reached" else math.inf for r in rs]
+
+
+def spread(ts: list[float]) -> float:
+    finite = [t for t in ts if math.isfinite(t)]
+    return noise.spread(finite) if len(finite) == len(ts) else 0.0
+
+
+def show(ts: list[float] | None) -> str:
+    if ts is None:
+        return "error"
+    if not all(math.isfinite(t) for t in ts):
+        return f"not reached in {sum(not math.isfinite(t) for t in ts)} of {len(ts)}"
+    return f"{statistics.median(ts):.3g} s ({min(ts):.3g}-{max(ts):.3g})"
+
+
+# -- B1: the crossover RTT -----------------------------------------------------------------------------
+def _before(doc: dict, a: str, b: str, slice_name: str) -> Comparison:
+    """Does a reach the target before b on the slice, beyond the repeats' spread of both?"""
+    key, where = f"{a}<{b}", slice_name
+    ta, tb = times(runs(doc, a, slice_name)), times(runs(doc, b, slice_name))
+    line = f"{where}: time to target: {a} {show(ta)} vs {b} {show(tb)}"
+    if ta is None or tb is None:
+        crashed = tuple(t for t, ts in ((a, ta), (b, tb)) if ts is None)
+        return Comparison(key, where, NOT_SHOWN, line + ": not shown, a run failed or did not run", crashed,
+                          (slice_name,))
+    ma, mb = statistics.median(ta), statistics.median(tb)
+    if math.isinf(ma) and math.isinf(mb):
+        return Comparison(key, where, NOT_SHOWN, line + ": not shown, neither reached the target", (), (slice_name,))
+    if math.isinf(ma) or math.isinf(mb):
+        status = HOLDS if math.isinf(mb) else CONTRADICTED
+        return Comparison(key, where, status, line, (), (slice_name,), 0.0 if status == HOLDS else math.inf)
+    band = spread(ta) + spread(tb)
+    status = compare_times(ma, mb, band)
+    words = {HOLDS: f", {100 * (1 - ma / mb):.0f}% less", NOISE: f", within the repeats' spread (±{band:.2g} s)",
+             CONTRADICTED: f", {100 * (ma / mb - 1):.0f}% more"}[status]
+    return Comparison(key, where, status, line + words, (), (slice_name,), ma / mb)
+
+
+def crossing(points: list[tuple[float, float]]) -> tuple[str, float | None]:
+    """Where a difference d(RTT) (b's time less a's; points sorted by RTT) turns positive for good:
+    ("below", rtt0) if it is positive everywhere, ("above", last rtt) if it ends not positive,
+    else ("at", the RTT by linear interpolation between the last point at or under zero and the
+    next; that next point's RTT where either is infinite)."""
+    last = max((i for i, (_, d) in enumerate(points) if not d > 0), default=None)
+    if last is None:
+        return "below", points[0][0]
+    if last == len(points) - 1:
+        return "above", points[-1][0]
+    (r0, d0), (r1, d1) = points[last], points[last + 1]
+    if not (math.isfinite(d0) and math.isfinite(d1)):
+        return "at", r1
+    return "at", r0 + (r1 - r0) * (0 - d0) / (d1 - d0)
+
+
+def crossover(doc: dict, a: str = "DiLoCo", b: str = "Pipeshard") -> dict | None:
+    """The RTT above which a reaches the target before b: from the medians of the repeats, and its
+    interval from their extremes (b's slowest against a's fastest, and the reverse). None where a
+    slice has no time for either (an error)."""
+    d_mid, d_low, d_high = [], [], []
+    for name, rtt in sorted(doc["rtt_ms"].items(), key=lambda kv: kv[1]):
+        ta, tb = times(runs(doc, a, name)), times(runs(doc, b, name))
+        if ta is None or tb is None:
+            return None
+        d_mid.append((rtt, _less(statistics.median(tb), statistics.median(ta))))
+        d_low.append((rtt, _less(max(tb), min(ta))))  # the most favourable to a: the earliest crossing
+        d_high.append((rtt, _less(min(tb), max(ta))))
+    return {"a": a, "b": b, "estimate": crossing(d_mid), "low": crossing(d_low), "high": crossing(d_high)}
+
+
+def _less(x: float, y: float) -> float:
+    if math.isinf(x) and math.isinf(y):
+        return 0.0  # neither reached: no side
+    return x - y
+
+
+def describe(c: dict) -> str:
+    def one(kind, rtt):
+        return {"below": f"at or below {rtt:.3g} ms", "above": f"above {rtt:.3g} ms", "at": f"{rtt:.3g} ms"}[kind]
+    return (f"crossover RTT for {c['a']} before {c['b']}: {one(*c['estimate'])} "
+            f"(interval {one(*c['low'])} to {one(*c['high'])})")
+
+
+def b1(doc: dict) -> Verdict:
+    """Judged on the slice of the longest RTT: DiLoCo first there, beyond the repeats' spread,
+    means the crossover lies within the run's RTTs or below them. The other slices place it (notes)."""
+    v = Verdict(B1, STATEMENTS[B1])
+    by_rtt = sorted(doc["rtt_ms"], key=doc["rtt_ms"].get)
+    if not by_rtt:
+        return v
+    v.add(_before(doc, "DiLoCo", "Pipeshard", by_rtt[-1]))
+    v.notes.extend(_before(doc, "DiLoCo", "Pipeshard", name).line for name in by_rtt[:-1])
+    c = crossover(doc)
+    if c is not None:
+        v.notes.append(describe(c))
+    return v
+
+
+# -- B2: bytes across the link per target --------------------------------------------------------------
+def _bytes(rs: list[dict]) -> list[int] | None:
+    if not rs or any(r["status"] != "reached" or r.get("link_bytes") is None for r in rs):
+        return None
+    return [r["link_bytes"] for r in rs]
+
+
+def b2(doc: dict) -> Verdict:
+    v = Verdict(B2, STATEMENTS[B2])
+    for name in sorted(doc["rtt_ms"], key=doc["rtt_ms"].get):
+        mine = _bytes(runs(doc, "DiLoCo", name))
+        for other in ("Data", "Pipeshard"):
+            theirs = _bytes(runs(doc, other, name))
+            key = f"DiLoCo<{other}"
+            if mine is None or theirs is None:
+                v.add(Comparison(key, name, NOT_SHOWN, f"{name}: bytes per target: not shown, a run did not reach "
+                                 "the target, failed, or crossed no counted link", (), (name,)))
+                continue
+            # Bytes are counted, not timed: their spread is the repeats' own, and a difference
+            # beyond both ranges counts.
+            status = HOLDS if max(mine) < min(theirs) else CONTRADICTED if min(mine) > max(theirs) else NOISE
+            factor = statistics.median(theirs) / statistics.median(mine) if statistics.median(mine) else math.inf
+            v.add(Comparison(key, name, status, f"{name}: bytes across the link per target: DiLoCo "
+                             f"{statistics.median(mine) / 1e6:.3g} MB vs {other} {statistics.median(theirs) / 1e6:.3g} MB, "
+                             f"{factor:.3g}x less", (), (name,), 1 / factor if factor else math.inf))
+    return v
+
+
+def verdicts(doc: dict) -> list[Verdict]:
+    return [b1(doc), b2(doc)]
+
+
+# -- the report ---------------------------------------------------------------------------------------
+def markdown(doc: dict, judged: list[dict]) -> str:
+    s = doc["settings"]
+    slices = sorted(doc["rtt_ms"], key=doc["rtt_ms"].get)
+    b = doc.get("budget", {})
+    lines = ["## Beyond the paper", "",
+             f"Kept apart from the paper's claims. Model {b.get('model')}, {b.get('batch_per_gpu')} sequences per GPU, "
+             f"{b.get('precision')}, on each slice's own link, collectives "
+             f"{'combined as on GPUs' if b.get('combine') else 'one per tensor'}. Every technique trained from the untrained model to the held-out "
+             f"loss Data on the slice's first VM reaches after {s['reference_steps']} steps, measured every "
+             f"{s['eval_every']} steps, at most {s['cap_steps']} steps, {s['repeats']} repeats; DiLoCo syncs every "
+             f"{s['sync_every']} steps. Time: the timed steps' seconds, median (min-max) over the repeats.", "",
+             "| technique | " + " | ".join(f"{n} ({doc['rtt_ms'][n]:.3g} ms)" for n in slices) + " |",
+             "|---|" + "---|" * len(slices)]
+    for t in s["techniques"]:
+        lines.append(f"| {t} | " + " | ".join(show(times(runs(doc, t, n))) for n in slices) + " |")
+    lines += ["", "Targets: " + ", ".join(f"{n} {doc['targets'][n]:.4g}" for n in slices), "",
+              "| part | statement | verdict |", "|---|---|---|"]
+    lines += [f"| {v['part']} | {v['statement']} | {v['status']} |" for v in judged]
+    for v in judged:
+        lines += ["", f"### {v['part']}", ""] + [f"- `{c['id']}`: {c['status']}: {c['line']}" for c in v["comparisons"]]
+        lines += [f"- {n}" for n in v["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def judge(doc: dict) -> list[dict]:
+    return [v.to_dict() for v in verdicts(doc)]
+
+
+def counts(judged: list[dict]) -> str:
+    return ", ".join(f"{v['part']} {v['status']}" for v in judged) or "nothing judged"
+
+
+def figures(doc: dict, directory) -> list[str]:
+    """beyond-<slice>.png: held-out loss against timed seconds, every technique (its first repeat);
+    beyond-rtt.png: time to target against RTT."""
+    import matplotlib  # deferred: matplotlib loads only when figures are drawn
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # deferred: matplotlib loads only when figures are drawn
+
+    written = []
+    slices = sorted(doc["rtt_ms"], key=doc["rtt_ms"].get)
+    for name in slices:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for t in doc["settings"]["techniques"]:
+            rs = runs(doc, t, name)
+            if rs and rs[0]["curve"]:
+                ax.plot([c[1] for c in rs[0]["curve"]], [c[2] for c in rs[0]["curve"]], marker=".", label=t)
+        ax.axhline(doc["targets"][name], color="grey", linestyle="--", label="target")
+        ax.set(xlabel="timed seconds", ylabel="held-out loss", title=f"{name} ({doc['rtt_ms'][name]:.3g} ms)")
+        ax.legend()
+        path = directory / f"beyond-{name}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path.name)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for t in doc["settings"]["techniques"]:
+        points = [(doc["rtt_ms"][n], times(runs(doc, t, n))) for n in slices]
+        points = [(rtt, statistics.median(ts)) for rtt, ts in points if ts and math.isfinite(statistics.median(ts))]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=t)
+    ax.set(xlabel="RTT (ms)", ylabel="seconds to target", title="time to target against RTT")
+    ax.legend()
+    path = directory / "beyond-rtt.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return written + [path.name]

@@ -1,0 +1,146 @@
+"""Beyond the paper (harness.experiments.beyond): the claims judged from sweeps' results, and a short
+sweep of all five techniques on two emulated slices."""
+import json
+import math
+
+import pytest
+
+from harness.errors import BadInput
+from harness.experiments import beyond
+
+
+def result(technique, slice_name, seconds, status="reached", link_bytes=1_000_000, repeat=0):
+    return {"technique": technique, "slice": slice_name, "vms": "all", "target": 5.0, "status": status,
+            "steps": 10, "tokens": 1000, "seconds": seconds, "link_bytes": link_bytes, "repeat": repeat,
+            "curve": [[0, 0.0, 6.0], [1000, seconds, 4.9]], "reason": None}
+
+
+def doc(times_by_slice: dict, rtts: dict, bytes_by=None, status=None) -> dict:
+    """times_by_slice: slice -> technique -> seconds of each repeat."""
+    results = []
+    for name, by_tech in times_by_slice.items():
+        for tech, ts in by_tech.items():
+            for i, t in enumerate(ts):
+                b = (bytes_by or {}).get(tech, 1_000_000)
+                st = (status or {}).get((name, tech), "reached")
+                results.append(result(tech, name, t, st, b, i))
+    return {"settings": {**beyond.Settings().__dict__, "techniques": ["Data", "Pipeshard", "DiLoCo"]},
+            "rtt_ms": rtts, "targets": {n: 5.0 for n in rtts}, "results": results}
+
+
+NEAR, FAR = "TACC-TACC", "UTAH-GPN"
+RTTS = {NEAR: 0.1, FAR: 20.0}
+
+
+def test_diloco_first_beyond_the_spread_on_the_longest_rtt_holds_and_the_crossover_is_between():
+    d = doc({NEAR: {"Pipeshard": [10, 10.2, 9.9], "DiLoCo": [14, 14.1, 13.9], "Data": [9, 9, 9]},
+             FAR: {"Pipeshard": [40, 41, 39], "DiLoCo": [20, 20.5, 19.5], "Data": [60, 60, 60]}}, RTTS)
+    v = beyond.b1(d)
+    assert v.status == "holds" and [c.id for c in v.comparisons] == [f"{beyond.B1}/{FAR}/DiLoCo<Pipeshard"]
+    c = beyond.crossover(d)
+    kind, rtt = c["estimate"]
+    # medians: d = 10-14 = -4 at 0.1 ms, 40-20 = 20 at 20 ms: zero at 0.1 + 19.9 * 4/24
+    assert kind == "at" and rtt == pytest.approx(0.1 + 19.9 * 4 / 24)
+    assert c["low"][0] == c["high"][0] == "at" and c["low"][1] <= rtt <= c["high"][1]
+    assert "crossover RTT for DiLoCo before Pipeshard" in v.notes[-1]
+
+
+def test_inside_the_repeats_spread_is_within_noise_and_slower_is_contradicted():
+    same = doc({FAR: {"Pipeshard": [20, 21, 19], "DiLoCo": [20.2, 19.8, 20.5]}}, {FAR: 20.0})
+    assert beyond.b1(same).status == "within noise"
+    slower = doc({FAR: {"Pipeshard": [10, 10, 10.1], "DiLoCo": [20, 20, 20.2]}}, {FAR: 20.0})
+    assert beyond.b1(slower).status == "contradicted"
+    assert beyond.crossover(slower)["estimate"] == ("above", 20.0)
+
+
+def test_not_reached_loses_to_reached_and_an_error_is_never_a_time():
+    lost = doc({FAR: {"Pipeshard": [10, 10, 10], "DiLoCo": [5, 5, 5]}}, {FAR: 20.0},
+               status={(FAR, "Pipeshard"): "not reached"})
+    assert beyond.b1(lost).status == "holds"
+    failed = doc({FAR: {"Pipeshard": [10, 10, 10], "DiLoCo": [5, 5, 5]}}, {FAR: 20.0},
+                 status={(FAR, "DiLoCo"): "error"})
+    v = beyond.b1(failed)
+    assert v.status == "not shown" and v.comparisons[0].crashed == ("DiLoCo",)
+    assert beyond.crossover(failed) is None
+    neither = doc({FAR: {"Pipeshard": [10], "DiLoCo": [5]}}, {FAR: 20.0},
+                  status={(FAR, "Pipeshard"): "not reached", (FAR, "DiLoCo"): "not reached"})
+    assert beyond.b1(neither).status == "not shown"
+
+
+def test_crossing_below_and_above_the_runs_rtts():
+    assert beyond.crossing([(1.0, 2.0), (5.0, 3.0)]) == ("below", 1.0)
+    assert beyond.crossing([(1.0, -2.0), (5.0, -3.0)]) == ("above", 5.0)
+    assert beyond.crossing([(1.0, -2.0), (5.0, 2.0), (9.0, -1.0)]) == ("above", 9.0)  # positive for good only
+    assert beyond.crossing([(1.0, -math.inf), (5.0, 2.0)]) == ("at", 5.0)
+
+
+def test_bytes_per_target_are_compared_beyond_the_repeats_range():
+    d = doc({FAR: {"Data": [9, 9], "Pipeshard": [10, 10], "DiLoCo": [5, 5]}}, {FAR: 20.0},
+            bytes_by={"Data": 80_000_000, "Pipeshard": 8_000_000, "DiLoCo": 2_000_000})
+    v = beyond.b2(d)
+    assert v.status == "holds"
+    assert "40x less" in v.comparisons[0].line and "4x less" in v.comparisons[1].line
+    more = doc({FAR: {"Data": [9], "Pipeshard": [10], "DiLoCo": [5]}}, {FAR: 20.0},
+               bytes_by={"Data": 1_000_000, "Pipeshard": 1_000_000, "DiLoCo": 2_000_000})
+    assert beyond.b2(more).status == "contradicted"
+    unreached = doc({FAR: {"Data": [9], "Pipeshard": [10], "DiLoCo": [5]}}, {FAR: 20.0},
+                    status={(FAR, "DiLoCo"): "not reached"})
+    assert beyond.b2(unreached).status == "not shown"
+
+
+def test_the_report_section_has_the_table_the_targets_and_every_comparison_id():
+    d = doc({NEAR: {"Data": [9, 9.5], "Pipeshard": [10, 10], "DiLoCo": [14, 14]},
+             FAR: {"Data": [60, 61], "Pipeshard": [40, 41], "DiLoCo": [20, 21]}}, RTTS)
+    judged = beyond.judge(d)
+    text = beyond.markdown(d, judged)
+    assert text.startswith("## Beyond the paper")
+    assert "| Data | 9.25 s (9-9.5) | 60.5 s (60-61) |" in text
+    for v in judged:
+        for c in v["comparisons"]:
+            assert f"`{c['id']}`" in text
+    json.dumps(judged)  # JSON as it is written
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"repeats": 0}, "repeats must be at least 1, got 0"),
+    ({"cap_steps": 5, "reference_steps": 20}, "cap_steps must be at least reference_steps (20) and 2, got 5"),
+    ({"techniques": ("Data", "FSDP")}, "unknown technique(s) FSDP"),
+])
+def test_bad_settings_are_named_before_anything_runs(fields, message):
+    with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):
+        beyond.Settings(**fields).check()
+
+
+@pytest.mark.slow  # five techniques to a target on two emulated slices, through Ray
+def test_a_short_sweep_on_two_emulated_slices_times_every_technique_to_one_target(tmp_path):
+    """The sweep as `reproduce --beyond` runs it, short: on TACC-TACC and UTAH-GPN's links, the
+    target from Data on VM1, all five techniques from the untrained model to it, twice; every run
+    is a result (reached or not), the cross-VM runs counted their bytes on the link, the repeats
+    train the same losses, and the report, its JSON and the figures are written."""
+    from harness.backends import ray_clusters
+    from harness.core.config import Budget
+    from harness.platform import slices
+    from harness.runs import trials
+    from harness.suite.privileges import require_emulation
+
+    require_emulation()
+    chosen = [slices.load(NEAR), slices.load(FAR)]
+    settings = beyond.Settings(reference_steps=4, eval_every=2, cap_steps=8, repeats=2)
+    with ray_clusters.emulated(chosen) as cluster:
+        runner = trials.Runner(cluster, chosen, settings.budget(Budget(model="scale-tiny")), **settings.runner_options)
+        done = beyond.sweep(runner, settings)
+    d = json.loads(json.dumps(done.to_dict()))
+    assert set(d["rtt_ms"]) == {NEAR, FAR} and d["rtt_ms"][FAR] > 10 * d["rtt_ms"][NEAR]
+    assert len(d["results"]) == 2 * 2 * 5
+    for r in d["results"]:
+        assert r["status"] in ("reached", "not reached"), r
+        assert r["link_bytes"] > 0 and r["curve"][0][2] > d["targets"][r["slice"]]
+    for name in (NEAR, FAR):
+        for t in beyond.TECHNIQUES:
+            first, second = beyond.runs(d, t, name)
+            assert [c[2] for c in first["curve"]] == pytest.approx([c[2] for c in second["curve"]], rel=1e-5)
+    judged = beyond.judge(d)
+    assert [v["part"] for v in judged] == [beyond.B1, beyond.B2]
+    assert all(c["status"] != "not shown" or c["crashed"] == [] for v in judged for c in v["comparisons"])
+    (tmp_path / "beyond.md").write_text(beyond.markdown(d, judged))
+    assert sorted(beyond.figures(d, tmp_path)) == sorted([f"beyond-{NEAR}.png", f"beyond-{FAR}.png", "beyond-rtt.png"])
