@@ -101,6 +101,17 @@ def test_the_report_section_has_the_table_the_targets_and_every_comparison_id():
     json.dumps(judged)  # JSON as it is written
 
 
+def test_each_result_is_kept_as_a_line_of_json_as_it_comes(tmp_path):
+    from harness.experiments.time_to_loss import ToTarget
+
+    path = tmp_path / "beyond.jsonl"
+    for repeat in (0, 1):
+        beyond.append(path, ToTarget("DiLoCo", FAR, "all", 5.0, "reached", 11, 2816, 1.5, 6_900_000,
+                                     [(0, 0.0, 6.9), (2816, 1.5, 4.9)], None, repeat))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["repeat"] for r in lines] == [0, 1] and lines[0]["link_bytes"] == 6_900_000
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"repeats": 0}, "repeats must be at least 1, got 0"),
     ({"cap_steps": 5, "reference_steps": 20}, "cap_steps must be at least reference_steps (20) and 2, got 5"),
@@ -144,3 +155,72 @@ def test_a_short_sweep_on_two_emulated_slices_times_every_technique_to_one_targe
     assert all(c["status"] != "not shown" or c["crashed"] == [] for v in judged for c in v["comparisons"])
     (tmp_path / "beyond.md").write_text(beyond.markdown(d, judged))
     assert sorted(beyond.figures(d, tmp_path)) == sorted([f"beyond-{NEAR}.png", f"beyond-{FAR}.png", "beyond-rtt.png"])
+
+
+def test_predict_takes_diloco_as_a_candidate_beyond_the_paper_with_the_measured_tokens(tmp_path):
+    """`predict --beyond-run`: DiLoCo on all VMs, marked beyond the paper, at the sweep's sync
+    interval, its epochs' time scaled by the tokens it took to the target over Data's; without a
+    sweep its step alone; a folder without a sweep is refused in one line."""
+    import subprocess
+    import sys
+
+    d = doc({NEAR: {"Data": [9, 9], "Pipeshard": [10, 10], "DiLoCo": [5, 5]},
+             FAR: {"Data": [60, 60], "Pipeshard": [40, 40], "DiLoCo": [20, 20]}}, RTTS)
+    for r in d["results"]:
+        r["tokens"] = {"Data": 1000, "Pipeshard": 1000, "DiLoCo": 1500}[r["technique"]]
+    assert beyond.tokens_factor(d)["factor"] == 1.5
+    (tmp_path / "beyond.json").write_text(json.dumps(d))
+
+    def predict(*args):
+        proc = subprocess.run([sys.executable, "-m", "harness", "predict", "--slice", FAR, "--tokens", "1e8",
+                               "--json", *args], capture_output=True, text=True, timeout=120)
+        return proc.returncode, (json.loads(proc.stdout) if proc.returncode == 0 else proc.stderr.strip())
+
+    status, plain = predict()
+    assert status == 0 and [p["vms"] for p in plain["beyond_paper"]] == [["vm1", "vm2"]]
+    (candidate,) = plain["beyond_paper"]
+    assert candidate["technique"] == "DiLoCo" and candidate["beyond_paper"] and candidate["epochs_s"] is None
+    status, measured = predict("--beyond-run", str(tmp_path))
+    (candidate,) = measured["beyond_paper"]
+    assert candidate["tokens_to_target"]["sync_every"] == d["settings"]["sync_every"]
+    assert "sync every 4 steps" in candidate["notes"]
+    steps = 1e8 / (candidate["gpus"] * measured["setup"]["batch_per_gpu"] * 1024)
+    assert candidate["epochs_s"] == pytest.approx(candidate["step_s"] * steps * 20 * 1.5, rel=1e-6)
+    status, error = predict("--beyond-run", str(tmp_path / "nothing"))
+    assert status == 2 and error == (f"harness: error: --beyond-run {tmp_path / 'nothing'}: no beyond.json there "
+                                     "(expected a run folder of reproduce --beyond)")
+    for r in d["results"]:
+        r["status"] = "not reached"
+    (tmp_path / "beyond.json").write_text(json.dumps(d))
+    status, error = predict("--beyond-run", str(tmp_path))
+    assert status == 2 and "did not both reach the target on any slice" in error
+
+
+def trial_record(technique, vms, status="ok", step_s=1.0, batch=8, seq=64):
+    return {"technique": technique, "status": status, "record_id": f"id-{technique}", "cluster": {"vms_used": vms},
+            "timing": {"median_step_s": step_s}, "batch": {"global_batch": batch, "seq_len": seq}}
+
+
+def test_select_sets_diloco_against_its_choice_by_the_time_to_learn_as_much():
+    """Seconds per token, DiLoCo's times its measured tokens factor, over the choice's: a choice on
+    one VM has half the batch, so its step is worth half the tokens."""
+    factor = {"factor": 1.5, "per_slice": {}, "sync_every": 4, "model": "scale-small"}
+    diloco = trial_record("DiLoCo", ["vm1", "vm2"], step_s=1.0, batch=8)
+    one_vm = trial_record("Data", ["vm1"], step_s=1.0, batch=4)
+    got = beyond.candidate(one_vm, diloco, factor)
+    assert got["time_over_choice"] == pytest.approx(1.0 / 8 * 1.5 / (1.0 / 4)) and got["beyond_paper"]
+    assert got["choice"] == {"technique": "Data", "vms": ["vm1"]}
+    assert beyond.candidate(None, diloco, factor)["time_over_choice"] is None
+    failed = beyond.candidate(one_vm, trial_record("DiLoCo", ["vm1", "vm2"], status="error"), factor)
+    assert failed["time_over_choice"] is None and failed["reason"] == "DiLoCo's trial: error"
+
+
+def test_select_refuses_a_folder_without_a_sweep_before_anything_starts(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "harness", "select", "--beyond-run", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (f"harness: error: --beyond-run {tmp_path}: no beyond.json there "
+                                   "(expected a run folder of reproduce --beyond)")

@@ -99,12 +99,14 @@ def price(c: Collective, net: Network, rtt: float) -> float:
 
 def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConfig, setup: Setup = Setup(),
             net: Network | None = None, devices: Devices | None = None, epochs: int = 20,
-            dataset_tokens: float = 0.0) -> Prediction:
-    """dataset_tokens: tokens in one epoch of the dataset, for the time of `epochs` (0: the step alone)."""
+            dataset_tokens: float = 0.0, options: dict | None = None) -> Prediction:
+    """dataset_tokens: tokens in one epoch of the dataset, for the time of `epochs` (0: the step alone).
+    options: the technique's own settings (DiLoCo's sync_every) instead of the analyses' for setup."""
     try:
-        method = lookup(technique).configured(setup, sl, vms)
+        kind = lookup(technique)
     except KeyError:
         raise ValueError(f"unknown technique {technique!r}; expected one of {', '.join(REGISTRY)}") from None
+    method = kind(micro_batches=setup.micro_batches, **options) if options else kind.configured(setup, sl, vms)
     devices = devices or Devices.of(sl, vms, setup.precision)
     hosts = len(vms)
     step = Step(cfg, net or network_for(sl), devices, hosts, sl.gpus_per_vm,

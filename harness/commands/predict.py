@@ -8,6 +8,7 @@ from harness.analysis import costmodel, measured_link
 from harness.core import data
 from harness.core.config import Setup, model_config
 from harness.errors import BadInput
+from harness.experiments import beyond
 from harness.platform import slices
 from harness.platform.hardware import ACCELERATORS
 
@@ -37,6 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", default=None, metavar="FILE.json",
                    help="a measured link (`python -m harness emulate --json`, or the same shape from a live slice): "
                         "its RTT replaces the slice's and one flow's measured rate sets the TCP window")
+    p.add_argument("--beyond-run", default=None, metavar="DIR",
+                   help="a run folder of `reproduce --beyond`: DiLoCo, beyond the paper, joins as a candidate at that "
+                        "run's steps between syncs, its epochs' time scaled by the tokens it took to the target against "
+                        "Data's there (default: DiLoCo at its own 500 steps between syncs, the time it takes to learn "
+                        "as much as Data's epochs not predicted)")
     p.add_argument("--efficiency", type=float, default=costmodel.COMPUTE_EFFICIENCY,
                    help="fraction of a GPU's peak a training step sustains (default: %(default)s)")
 
@@ -55,6 +61,12 @@ def run(args) -> tuple[int, dict]:
         raise BadInput(f"--micro-batches {args.micro_batches} must divide one VM's batch "
                        f"({args.batch_per_gpu} x {sl.gpus_per_vm} GPUs)")
     link = measured_link.load(args.link) if args.link else None
+    factor = None
+    if args.beyond_run:
+        factor = beyond.tokens_factor(beyond.load(args.beyond_run))
+        if factor is None:
+            raise BadInput(f"--beyond-run {args.beyond_run}: Data and DiLoCo did not both reach the target on any slice, "
+                           "so the tokens DiLoCo needs against Data were not measured")
     tokens = args.tokens if args.tokens is not None else corpus_tokens()
     net = costmodel.network_for(sl)
     if link:
@@ -71,10 +83,28 @@ def run(args) -> tuple[int, dict]:
               "network": {"link_bytes_per_s": net.link_bytes_per_s, "window_bytes": net.window_bytes,
                           "flows_per_peer": net.flows_per_peer,
                           "measured": link.to_dict() if link else None},
-              "predictions": [p.to_dict() for p in predictions], "cannot_run": cannot}
+              "predictions": [p.to_dict() for p in predictions], "cannot_run": cannot,
+              "beyond_paper": diloco(sl, cfg, setup, net, args, tokens, factor)}
     if not args.json:
         print(summary(result))
     return 0, result
+
+
+def diloco(sl, cfg, setup, net, args, tokens: float, factor: dict | None) -> list[dict]:
+    """DiLoCo on every placement of more than one VM, marked as beyond the paper: its step from its
+    wire (the pseudo-gradient's all-reduce once every H steps); with a sweep's measured factor, H is
+    that sweep's and its epochs' time is the time to learn what Data learns in them."""
+    out = []
+    for vms in costmodel.placements(sl):
+        if len(vms) < 2:
+            continue  # on one VM DiLoCo is Data
+        p = costmodel.predict("DiLoCo", sl, vms, cfg, setup, net=net,
+                              devices=costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
+                              epochs=args.epochs, dataset_tokens=tokens,
+                              options={"sync_every": factor["sync_every"]} if factor else None).to_dict()
+        p["epochs_s"] = p["epochs_s"] * factor["factor"] if factor and p["epochs_s"] else None
+        out.append({**p, "beyond_paper": True, "tokens_to_target": factor})
+    return out
 
 
 def corpus_tokens() -> float:
@@ -104,4 +134,11 @@ def summary(result: dict) -> str:
                      f"{t['collectives']:8.3g} {t['pipeline_bubble']:7.3g} {t['pipeline_transfers']:7.3g} {hours} "
                      f"{p['tflops_per_gpu']:7.3g} {p['memory_gb']:6.1f}{'' if p['fits'] else ' x (out of memory)'}")
     lines += [f"{c['technique']:9} {'+'.join(c['vms']):9} cannot run: {c['reason']}" for c in result["cannot_run"]]
+    for p in result["beyond_paper"]:
+        f = p["tokens_to_target"]
+        time = (f"{p['epochs_s'] / 3600:.2f} h to learn what Data learns in {s['epochs']} epochs (x{f['factor']:.3g} its "
+                f"tokens, measured on {f['model']} with {f['sync_every']} steps between syncs)") if f else \
+            "the time to learn as much as Data not predicted: its tokens against Data's are measured by reproduce --beyond"
+        lines.append(f"beyond the paper: {p['technique']} on {'+'.join(p['vms'])}: {p['step_s']:.3g} s a step "
+                     f"({p['notes'][0] if p['notes'] else ''}); {time}")
     return "\n".join(lines)

@@ -168,9 +168,10 @@ def _beyond(run_config: RunConfig, out: Path) -> int:
     own, into the report; each result goes to beyond.jsonl as it comes, so that Ctrl-C loses none."""
     # deferred: JAX and Ray load only where the sweep runs
     from harness.backends import ray_clusters
+    from harness.backends.contract import Failed
     from harness.backends.emulation import netns
     from harness.experiments import beyond
-    from harness.runs import records, trials
+    from harness.runs import trials
 
     problem = netns.missing_privileges()
     if problem:
@@ -179,7 +180,7 @@ def _beyond(run_config: RunConfig, out: Path) -> int:
     settings, chosen = beyond.Settings(), run_config.claim_slices
 
     def keep(result):
-        records.append(out / "beyond.jsonl", result.to_dict())
+        beyond.append(out / "beyond.jsonl", result)
         print(f"reproduce --beyond: {result.technique} on {result.slice}, repeat {result.repeat + 1}: {result.status} "
               f"after {result.steps} steps, {result.seconds:.1f} s", file=sys.stderr, flush=True)
 
@@ -191,6 +192,9 @@ def _beyond(run_config: RunConfig, out: Path) -> int:
             doc = beyond.sweep(runner, settings, keep).to_dict()
     except KeyboardInterrupt:
         return INTERRUPTED
+    except Failed as e:  # the reference run itself failed: there is no target to time anything to
+        print(f"reproduce --beyond: {e.reason}", file=sys.stderr)
+        return 1
     judged = beyond.judge(doc)
     (out / "beyond.json").write_text(json.dumps({**doc, "verdicts": judged}, indent=1))
     section = beyond.markdown(doc, judged)

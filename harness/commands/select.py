@@ -17,7 +17,7 @@ from harness.backends.emulation import compute, netns
 from harness.core import data
 from harness.core.config import Budget, TrainConfig, model_config
 from harness.errors import BadInput
-from harness.experiments import measured_selection
+from harness.experiments import beyond, measured_selection
 from harness.paper import selection
 from harness.platform import slices
 from harness.runs import trials
@@ -46,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip single-VM runs that the cost model (harness.analysis.costmodel) says cannot change the decision")
     p.add_argument("--margin", type=float, default=0.3,
                    help="planner: how far (factor 1 + margin) a prediction may be off (default: %(default)s)")
+    p.add_argument("--beyond-run", default=None, metavar="DIR",
+                   help="a run folder of `reproduce --beyond`: after the paper's decision, DiLoCo on all VMs is trained "
+                        "too, at that run's steps between syncs, and set against each decision by the time to learn as "
+                        "much (its seconds per token times the tokens it took to the target over Data's there); marked "
+                        "beyond the paper, it never changes the decision (default: the paper's candidates only)")
     p.add_argument("--out", default="reports", metavar="DIR",
                    help="parent of the run folder (default: reports/ of the current directory)")
 
@@ -73,6 +78,13 @@ def run(args) -> tuple[int, dict]:
     for mode in modes:  # --delta, --margin and the VMs are checked before anything starts
         selection.select(mode, names, lambda t, v: 1.0, args.delta, margin=args.margin)
 
+    factor = None
+    if args.beyond_run:
+        factor = beyond.tokens_factor(beyond.load(args.beyond_run))
+        if factor is None:
+            raise BadInput(f"--beyond-run {args.beyond_run}: Data and DiLoCo did not both reach the target on any slice, "
+                           "so the tokens DiLoCo needs against Data were not measured")
+
     problem = netns.missing_privileges() or (compute.missing() if compute.limited(compute.shares([sl])) else None)
     if problem:
         raise BadInput(f"cannot emulate slice {sl.name} here: {problem}")
@@ -82,7 +94,7 @@ def run(args) -> tuple[int, dict]:
     out = parent / run_id
     out.mkdir(exist_ok=True)
     result = {"run_id": run_id, "report_dir": str(out), "slice": sl.name, "model": args.model, "delta": args.delta,
-              "steps_per_trial": budget.repeats, "interrupted": False, "decisions": [], "trials": []}
+              "steps_per_trial": budget.repeats, "interrupted": False, "decisions": [], "trials": [], "beyond_paper": []}
     status, measure = 0, None
     try:
         with ray_clusters.emulated([sl]) as cluster:
@@ -90,6 +102,8 @@ def run(args) -> tuple[int, dict]:
             result["decisions"] = measured_selection.decide(measure, modes, args.delta,
                                                             measured_selection.predictor(sl, budget) if args.planner else None,
                                                             args.margin)
+            if factor:
+                result["beyond_paper"] = beyond_paper(measure, result["decisions"], factor)
     except KeyboardInterrupt:
         result["interrupted"], status = True, INTERRUPTED
     result["trials"] = measured_selection.trial_table(measure) if measure else []
@@ -102,6 +116,16 @@ def run(args) -> tuple[int, dict]:
     return status, result
 
 
+def beyond_paper(measure: measured_selection.Trials, decisions: list[dict], factor: dict) -> list[dict]:
+    """DiLoCo on all VMs, trained at the sweep's sync interval, against each decision."""
+    names = tuple(vm.name for vm in measure.slice.vms)
+    measure.runner.options["DiLoCo"] = {"sync_every": factor["sync_every"]}
+    measure("DiLoCo", names)
+    diloco = measure.records[("DiLoCo", names)]
+    return [{**beyond.candidate(measure.records.get((d["technique"], tuple(d["vms"]))) if d["technique"] else None,
+                                diloco, factor), "mode": d["mode"]} for d in decisions]
+
+
 def summary(result: dict) -> str:
     lines = [f"select on {result['slice']} ({result['model']}, delta {result['delta']}): "
              f"{len(result['trials'])} trials, report in {result['report_dir']}"]
@@ -110,6 +134,12 @@ def summary(result: dict) -> str:
     for d in result["decisions"]:
         answer = f"{d['technique']} on {'+'.join(d['vms'])}" if d["technique"] else "none (needs more GPU memory)"
         lines += [f"  {d['mode']:9}: {answer}", f"             because {d['rule']}"]
+    for b in result.get("beyond_paper", []):
+        f = b["tokens_to_target"]
+        said = (f"learns as much in {b['time_over_choice']:.3g}x the time of {b['choice']['technique']} on "
+                f"{'+'.join(b['choice']['vms'])}" if b["time_over_choice"] is not None else f"not compared: {b['reason']}")
+        lines.append(f"  beyond the paper ({b['mode']}): DiLoCo on {'+'.join(b['vms'])} {said} (its tokens x{f['factor']:.3g} "
+                     f"Data's, measured on {f['model']}, {f['sync_every']} steps between syncs)")
     if result["planner"]["on"]:
         lines.append(f"  planner (margin {result['planner']['margin']}): {result['planner']['trials_saved']} trial(s) saved")
     lines.append("  trials (T = average TFLOP/s per GPU, 0 = failed):")

@@ -17,12 +17,13 @@ with the same rules: comparisons with IDs, a difference counts only beyond the r
 spread (harness.runs.noise), and a crash is never a result.
 """
 import dataclasses
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
 
 from harness.errors import BadInput
-from harness.experiments.time_to_loss import HELD_OUT, target_loss, to_target
+from harness.experiments.time_to_loss import HELD_OUT, ToTarget, target_loss, to_target
 from harness.paper.claims import CONTRADICTED, HOLDS, NOISE, NOT_SHOWN, Comparison, Verdict, compare_times
 from harness.runs import noise
 from harness.runs.trials import ALL_VMS, Runner, Trial
@@ -99,6 +100,12 @@ def sweep(runner: Runner, settings: Settings, keep=lambda result: None) -> Sweep
                 keep(result)
         done.rtt_ms[sl.name] = runner.rtt_ms.get(sl.name, sl.rtt_ms)
     return done
+
+
+def append(path, result: ToTarget) -> None:
+    """One result as a line of JSON (not a trial record: its own shape, ToTarget's)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(result.to_dict()) + "\n")
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -240,6 +247,58 @@ def b2(doc: dict) -> Verdict:
 
 def verdicts(doc: dict) -> list[Verdict]:
     return [b1(doc), b2(doc)]
+
+
+# -- what predict takes from a sweep ------------------------------------------------------------------
+def load(folder) -> dict:
+    """A run folder's beyond.json, refused in one line where it is not one."""
+    from pathlib import Path
+
+    path = Path(folder) / "beyond.json"
+    if not path.is_file():
+        raise BadInput(f"--beyond-run {folder}: no beyond.json there (expected a run folder of reproduce --beyond)")
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:
+        raise BadInput(f"--beyond-run {path}: not JSON ({e})") from None
+    missing = [k for k in ("results", "rtt_ms", "settings") if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise BadInput(f"--beyond-run {path}: not a sweep's beyond.json (no {', '.join(missing)})")
+    return doc
+
+
+def tokens_factor(doc: dict) -> dict | None:
+    """DiLoCo's tokens to the target over Data's (both on all VMs, medians of the repeats), per
+    slice where both reached it every time, and their median: how much more data DiLoCo needs to
+    learn as much. None where no slice has both."""
+    per = {}
+    for name in doc["rtt_ms"]:
+        data, diloco = runs(doc, "Data", name), runs(doc, "DiLoCo", name)
+        if data and diloco and all(r["status"] == "reached" for r in data + diloco):
+            per[name] = statistics.median(r["tokens"] for r in diloco) / statistics.median(r["tokens"] for r in data)
+    if not per:
+        return None
+    return {"factor": statistics.median(per.values()), "per_slice": per, "sync_every": doc["settings"]["sync_every"],
+            "model": doc.get("budget", {}).get("model")}
+
+
+def candidate(chosen: dict | None, diloco: dict, factor: dict) -> dict:
+    """DiLoCo's trial against a selection's choice (their trial records), by the time to learn as
+    much: each one's seconds per token (its median step over the tokens of a step), DiLoCo's
+    times the tokens it needs over Data's (tokens_factor). Below 1, DiLoCo would learn as much
+    sooner. It never changes the paper's decision: it is beyond the paper."""
+    out = {"technique": "DiLoCo", "vms": diloco["cluster"]["vms_used"], "beyond_paper": True,
+           "tokens_to_target": factor, "record_id": diloco["record_id"], "time_over_choice": None}
+
+    def per_token(r):
+        return r["timing"]["median_step_s"] / (r["batch"]["global_batch"] * r["batch"]["seq_len"])
+
+    if diloco["status"] != "ok":
+        return {**out, "reason": f"DiLoCo's trial: {diloco['status']}"}
+    if chosen is None or chosen["status"] != "ok":
+        return {**out, "reason": "the selection chose nothing that ran"}
+    return {**out, "time_over_choice": per_token(diloco) * factor["factor"] / per_token(chosen),
+            "choice": {"technique": chosen["technique"], "vms": chosen["cluster"]["vms_used"]}}
 
 
 # -- the report ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import pytest
 
 from harness.analysis import costmodel_check, similarity
 from harness.backends.emulation import compute
+from harness.commands import select as select_command
 from harness.core.config import model_config
 from harness.experiments import calibration, measured_selection
 from harness.paper import claims, deviations, limits
@@ -248,3 +249,12 @@ def test_select_decides_from_real_trials_on_this_cluster(backend, tmp_path):
     for d in decisions:
         assert {(x["technique"], tuple(x["vms"])) for x in d["trials"] if not x.get("skipped")} <= ran
         assert (d["technique"], tuple(d["vms"])) in ran, d["rule"]
+    # `select --beyond-run`: DiLoCo on all VMs trained at the sweep's sync interval, then set against
+    # each decision by the time to learn as much; the decisions stay the paper's.
+    factor = {"factor": 1.5, "per_slice": {}, "sync_every": 4, "model": runner.budget.model}
+    compared = select_command.beyond_paper(measure, decisions, factor)
+    diloco = [r for r in records.read(tmp_path / "results.jsonl") if r["technique"] == "DiLoCo"]
+    assert len(diloco) == 1 and diloco[0]["status"] == "ok" and diloco[0]["cluster"]["vms_used"] == [vm.name for vm in sl.vms]
+    assert [b["mode"] for b in compared] == ["published", "corrected"]
+    assert all(b["beyond_paper"] and b["time_over_choice"] > 0 and b["record_id"] == diloco[0]["record_id"]
+               for b in compared)
