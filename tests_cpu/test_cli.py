@@ -41,11 +41,12 @@ def test_train_json_prints_exactly_one_valid_record():
 @pytest.mark.parametrize("precision, remat", [("bfloat16", True), ("float32-full", False)])
 def test_train_precision_and_remat_are_the_models_and_recorded(precision, remat):
     proc = harness("train", "--model", "scale-tiny", "--steps", "3", "--precision", precision,
-                   *(["--remat"] if remat else []), "--json")
+                   *(["--remat", "--scan-unroll", "2", "--vocab-multiple", "64"] if remat else []), "--json")
     assert proc.returncode == 0, proc.stderr
     record = records.validate(json.loads(proc.stdout))
     assert record["precision"] == precision.removesuffix("-full") and record["status"] == "ok"
     assert record["model"]["remat"] is remat
+    assert (record["model"]["scan_unroll"], record["model"]["vocab_multiple"]) == ((2, 64) if remat else (1, 1))
     assert record["throughput"]["peak_arithmetic"] is None  # a CPU: no peak, no MFU
 
 
@@ -63,6 +64,7 @@ def test_mfu_divides_by_the_peak_of_the_arithmetic_that_ran():
     (["--model", "gpt9"], "unknown model 'gpt9'; expected one of"),
     (["--corpus", "/no/such/corpus"], "corpus path /no/such/corpus does not exist"),
     (["--model", "scale-tiny", "--seq-len", "65"], "seq_len 65 is beyond model scale-tiny's 64 positions"),
+    (["--model", "scale-tiny", "--scan-unroll", "0"], "model scale-tiny: scan_unroll must be positive, got 0"),
     (["--tokenizer", "/no/such/dir"], "tokenizer directory /no/such/dir: missing vocab.json"),
     (["--batch-size", "0"], "batch_size must be positive"),
     (["--lr", "nan"], "learning_rate must be a positive number, got nan"),

@@ -43,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remat", action="store_true",
                    help="recompute each block's forward in the backward pass: about a third more arithmetic, "
                         "the activations of one block kept instead of all (a larger batch fits)")
+    p.add_argument("--scan-unroll", type=int, default=1, metavar="N",
+                   help="blocks per iteration of the loop over the layers; the model's layer count writes them all out, "
+                        "which took 28%% off gpt2m's step on an H200 for a longer compile (docs/gpu.md; default: %(default)s)")
+    p.add_argument("--vocab-multiple", type=int, default=1, metavar="N",
+                   help="pad the vocabulary to a multiple of N (64: GPT-2's 50257 to 50304), the padding dropped before "
+                        "the loss (default: %(default)s, as the paper ran)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="device peak TFLOP/s for MFU (default: known GPUs only; unset on CPU)")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="append the trial record to this file")
@@ -51,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> tuple[int, dict]:
     # Everything a user can get wrong is checked here, before any tokenizing or compiling.
     model_cfg = dataclasses.replace(model_config(args.model), dtype=compute_dtype(args.precision),
-                                    remat=args.remat)
+                                    remat=args.remat, scan_unroll=args.scan_unroll, vocab_multiple=args.vocab_multiple)
     if args.precision == "float32-full":
         jax.config.update("jax_default_matmul_precision", "highest")
     cfg = TrainConfig(batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
