@@ -24,7 +24,8 @@ def doc(times_by_slice: dict, rtts: dict, bytes_by=None, status=None) -> dict:
                 b = (bytes_by or {}).get(tech, 1_000_000)
                 st = (status or {}).get((name, tech), "reached")
                 results.append(result(tech, name, t, st, b, i))
-    return {"settings": {**beyond.Settings().__dict__, "techniques": ["Data", "Pipeshard", "DiLoCo"]},
+    repeats = max(len(ts) for by_tech in times_by_slice.values() for ts in by_tech.values())
+    return {"settings": {**beyond.Settings().__dict__, "techniques": ["Data", "Pipeshard", "DiLoCo"], "repeats": repeats},
             "rtt_ms": rtts, "targets": {n: 5.0 for n in rtts}, "results": results}
 
 
@@ -224,3 +225,25 @@ def test_select_refuses_a_folder_without_a_sweep_before_anything_starts(tmp_path
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == (f"harness: error: --beyond-run {tmp_path}: no beyond.json there "
                                    "(expected a run folder of reproduce --beyond)")
+
+
+def test_a_doctored_sweep_a_duplicate_a_missing_repeat_or_a_nan_is_never_a_result():
+    base = {FAR: {"Data": [9, 9], "Pipeshard": [40, 41], "DiLoCo": [20, 21]}}
+    good = doc(base, {FAR: 20.0})
+    assert beyond.b1(good).status == "holds" and beyond.b2(good).status != "not shown"
+
+    def doctored(change):
+        d = json.loads(json.dumps(good))
+        change(d)
+        return d
+
+    twice = doctored(lambda d: d["results"].append(dict(d["results"][-1])))  # DiLoCo's second repeat again
+    missing = doctored(lambda d: d["results"].pop())
+    nan = doctored(lambda d: d["results"][-1].update(seconds=float("nan")))
+    negative = doctored(lambda d: d["results"][-1].update(seconds=-1.0))
+    bad_bytes = doctored(lambda d: d["results"][-1].update(link_bytes=float("nan")))
+    for d in (twice, missing, nan, negative):
+        assert beyond.times(d, "DiLoCo", FAR) is None
+        assert beyond.b1(d).status == "not shown" and beyond.b2(d).status == "not shown"
+        assert beyond.crossover(d) is None and beyond.tokens_factor(d) is None
+    assert beyond.b2(bad_bytes).status == "not shown"

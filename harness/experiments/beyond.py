@@ -114,12 +114,18 @@ def runs(doc: dict, technique: str, slice_name: str) -> list[dict]:
             and r["vms"] == ALL_VMS]
 
 
-def times(rs: list[dict]) -> list[float] | None:
+def times(doc: dict, technique: str, slice_name: str) -> list[float] | None:
     """Each repeat's seconds to the target, infinite where it was not reached; None where a repeat
-    failed or none ran: an error is never a time."""
-    if not rs or any(r["status"] == "error" for r in rs):
+    failed, is missing or is there twice, or its time is not a number: such a run is never a time."""
+    rs = runs(doc, technique, slice_name)
+    if sorted(r.get("repeat") for r in rs) != list(range(doc["settings"]["repeats"])):
         return None
-    return [r["seconds"] if r["status"] == "reached" else math.inf for r in rs]
+    if any(r["status"] not in ("reached", "not reached") for r in rs):
+        return None
+    ts = [r["seconds"] if r["status"] == "reached" else math.inf for r in rs]
+    if not all(isinstance(t, (int, float)) and (math.isinf(t) or (math.isfinite(t) and t >= 0)) for t in ts):
+        return None
+    return ts
 
 
 def spread(ts: list[float]) -> float:
@@ -139,11 +145,12 @@ def show(ts: list[float] | None) -> str:
 def _before(doc: dict, a: str, b: str, slice_name: str) -> Comparison:
     """Does a reach the target before b on the slice, beyond the repeats' spread of both?"""
     key, where = f"{a}<{b}", slice_name
-    ta, tb = times(runs(doc, a, slice_name)), times(runs(doc, b, slice_name))
+    ta, tb = times(doc, a, slice_name), times(doc, b, slice_name)
     line = f"{where}: time to target: {a} {show(ta)} vs {b} {show(tb)}"
     if ta is None or tb is None:
         crashed = tuple(t for t, ts in ((a, ta), (b, tb)) if ts is None)
-        return Comparison(key, where, NOT_SHOWN, line + ": not shown, a run failed or did not run", crashed,
+        return Comparison(key, where, NOT_SHOWN, line + ": not shown, a run failed, is missing, is there twice or "
+                          "has no time", crashed,
                           (slice_name,))
     ma, mb = statistics.median(ta), statistics.median(tb)
     if math.isinf(ma) and math.isinf(mb):
@@ -180,7 +187,7 @@ def crossover(doc: dict, a: str = "DiLoCo", b: str = "Pipeshard") -> dict | None
     slice has no time for either (an error)."""
     d_mid, d_low, d_high = [], [], []
     for name, rtt in sorted(doc["rtt_ms"].items(), key=lambda kv: kv[1]):
-        ta, tb = times(runs(doc, a, name)), times(runs(doc, b, name))
+        ta, tb = times(doc, a, name), times(doc, b, name)
         if ta is None or tb is None:
             return None
         d_mid.append((rtt, _less(statistics.median(tb), statistics.median(ta))))
@@ -218,8 +225,15 @@ def b1(doc: dict) -> Verdict:
 
 
 # -- B2: bytes across the link per target --------------------------------------------------------------
-def _bytes(rs: list[dict]) -> list[int] | None:
-    if not rs or any(r["status"] != "reached" or r.get("link_bytes") is None for r in rs):
+def reached(doc: dict, technique: str, slice_name: str) -> list[dict] | None:
+    """Its runs on the slice where every repeat is there once and reached the target; else None."""
+    ts = times(doc, technique, slice_name)
+    return runs(doc, technique, slice_name) if ts is not None and all(map(math.isfinite, ts)) else None
+
+
+def _bytes(doc: dict, technique: str, slice_name: str) -> list[int] | None:
+    rs = reached(doc, technique, slice_name)
+    if rs is None or not all(isinstance(r.get("link_bytes"), int) and r["link_bytes"] >= 0 for r in rs):
         return None
     return [r["link_bytes"] for r in rs]
 
@@ -227,9 +241,9 @@ def _bytes(rs: list[dict]) -> list[int] | None:
 def b2(doc: dict) -> Verdict:
     v = Verdict(B2, STATEMENTS[B2])
     for name in sorted(doc["rtt_ms"], key=doc["rtt_ms"].get):
-        mine = _bytes(runs(doc, "DiLoCo", name))
+        mine = _bytes(doc, "DiLoCo", name)
         for other in ("Data", "Pipeshard"):
-            theirs = _bytes(runs(doc, other, name))
+            theirs = _bytes(doc, other, name)
             key = f"DiLoCo<{other}"
             if mine is None or theirs is None:
                 v.add(Comparison(key, name, NOT_SHOWN, f"{name}: bytes per target: not shown, a run did not reach "
@@ -273,8 +287,8 @@ def tokens_factor(doc: dict) -> dict | None:
     learn as much. None where no slice has both."""
     per = {}
     for name in doc["rtt_ms"]:
-        data, diloco = runs(doc, "Data", name), runs(doc, "DiLoCo", name)
-        if data and diloco and all(r["status"] == "reached" for r in data + diloco):
+        data, diloco = reached(doc, "Data", name), reached(doc, "DiLoCo", name)
+        if data and diloco:
             per[name] = statistics.median(r["tokens"] for r in diloco) / statistics.median(r["tokens"] for r in data)
     if not per:
         return None
@@ -316,7 +330,7 @@ def markdown(doc: dict, judged: list[dict]) -> str:
              "| technique | " + " | ".join(f"{n} ({doc['rtt_ms'][n]:.3g} ms)" for n in slices) + " |",
              "|---|" + "---|" * len(slices)]
     for t in s["techniques"]:
-        lines.append(f"| {t} | " + " | ".join(show(times(runs(doc, t, n))) for n in slices) + " |")
+        lines.append(f"| {t} | " + " | ".join(show(times(doc, t, n)) for n in slices) + " |")
     lines += ["", "Targets: " + ", ".join(f"{n} {doc['targets'][n]:.4g}" for n in slices), "",
               "| part | statement | verdict |", "|---|---|---|"]
     lines += [f"| {v['part']} | {v['statement']} | {v['status']} |" for v in judged]
@@ -358,7 +372,7 @@ def figures(doc: dict, directory) -> list[str]:
         written.append(path.name)
     fig, ax = plt.subplots(figsize=(6, 4))
     for t in doc["settings"]["techniques"]:
-        points = [(doc["rtt_ms"][n], times(runs(doc, t, n))) for n in slices]
+        points = [(doc["rtt_ms"][n], times(doc, t, n)) for n in slices]
         points = [(rtt, statistics.median(ts)) for rtt, ts in points if ts and math.isfinite(statistics.median(ts))]
         if points:
             ax.plot(*zip(*points), marker="o", label=t)
