@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.errors import BadInput
 from harness.experiments.time_to_loss import HELD_OUT, ToTarget, target_loss, to_target
@@ -266,8 +267,6 @@ def verdicts(doc: dict) -> list[Verdict]:
 # -- what predict takes from a sweep ------------------------------------------------------------------
 def load(folder) -> dict:
     """A run folder's beyond.json, refused in one line where it is not one."""
-    from pathlib import Path
-
     path = Path(folder) / "beyond.json"
     if not path.is_file():
         raise BadInput(f"--beyond-run {folder}: no beyond.json there (expected a run folder of reproduce --beyond)")
