@@ -153,7 +153,7 @@ def test_a_short_sweep_on_two_emulated_slices_times_every_technique_to_one_targe
             assert [c[2] for c in first["curve"]] == pytest.approx([c[2] for c in second["curve"]], rel=1e-5)
     judged = beyond.judge(d)
     assert [v["part"] for v in judged] == [beyond.B1, beyond.B2]
-    assert all(c["status"] != "not shown" or c["crashed"] == [] for v in judged for c in v["comparisons"])
+    assert all(c["crashed"] == [] for v in judged for c in v["comparisons"])  # no run of the sweep failed
     (tmp_path / "beyond.md").write_text(beyond.markdown(d, judged))
     assert sorted(beyond.figures(d, tmp_path)) == sorted([f"beyond-{NEAR}.png", f"beyond-{FAR}.png", "beyond-rtt.png"])
 

@@ -61,12 +61,7 @@ def run(args) -> tuple[int, dict]:
         raise BadInput(f"--micro-batches {args.micro_batches} must divide one VM's batch "
                        f"({args.batch_per_gpu} x {sl.gpus_per_vm} GPUs)")
     link = measured_link.load(args.link) if args.link else None
-    factor = None
-    if args.beyond_run:
-        factor = beyond.tokens_factor(beyond.load(args.beyond_run))
-        if factor is None:
-            raise BadInput(f"--beyond-run {args.beyond_run}: Data and DiLoCo did not both reach the target on any slice, "
-                           "so the tokens DiLoCo needs against Data were not measured")
+    factor = beyond.measured_factor(args.beyond_run) if args.beyond_run else None
     tokens = args.tokens if args.tokens is not None else corpus_tokens()
     net = costmodel.network_for(sl)
     if link:

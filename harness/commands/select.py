@@ -78,12 +78,7 @@ def run(args) -> tuple[int, dict]:
     for mode in modes:  # --delta, --margin and the VMs are checked before anything starts
         selection.select(mode, names, lambda t, v: 1.0, args.delta, margin=args.margin)
 
-    factor = None
-    if args.beyond_run:
-        factor = beyond.tokens_factor(beyond.load(args.beyond_run))
-        if factor is None:
-            raise BadInput(f"--beyond-run {args.beyond_run}: Data and DiLoCo did not both reach the target on any slice, "
-                           "so the tokens DiLoCo needs against Data were not measured")
+    factor = beyond.measured_factor(args.beyond_run) if args.beyond_run else None
 
     problem = netns.missing_privileges() or (compute.missing() if compute.limited(compute.shares([sl])) else None)
     if problem:

@@ -280,6 +280,15 @@ def load(folder) -> dict:
     return doc
 
 
+def measured_factor(folder) -> dict:
+    """tokens_factor of a run folder's sweep (`--beyond-run`), refused in one line where it has none."""
+    factor = tokens_factor(load(folder))
+    if factor is None:
+        raise BadInput(f"--beyond-run {folder}: Data and DiLoCo did not both reach the target on any slice, "
+                       "so the tokens DiLoCo needs against Data were not measured")
+    return factor
+
+
 def tokens_factor(doc: dict) -> dict | None:
     """DiLoCo's tokens to the target over Data's (both on all VMs, medians of the repeats), per
     slice where both reached it every time, and their median: how much more data DiLoCo needs to
