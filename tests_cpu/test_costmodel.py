@@ -5,6 +5,7 @@ here, its parts: TCP's window and slow start, the terms of each technique, and t
 """
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from harness.core.config import Setup, model_config
 from harness.core.flops import param_count
 from harness.errors import BadInput
 from harness.platform import slices
+from harness.techniques import technique as technique_named
 from tests_cpu import slice_files
 
 GPT2M = model_config("gpt2m")
@@ -159,6 +161,7 @@ def test_every_term_of_communication_is_the_sum_of_the_wire_predict_reports():
         p = costmodel.predict(t, sl, ("vm1", "vm2"), GPT2M).to_dict()
         by_term = {"collectives": 0.0, "pipeline_transfers": 0.0}
         for w in p["wire"]:
+            assert not w["overlaps_compute"] and w["waited_s"] == w["seconds"]  # Alpa overlapped none
             by_term["pipeline_transfers" if w["kind"] in ("send", "ring-pass") else "collectives"] += w["seconds"]
         assert by_term["collectives"] == pytest.approx(p["terms_s"]["collectives"], abs=1e-5), t
         assert by_term["pipeline_transfers"] == pytest.approx(p["terms_s"]["pipeline_transfers"], abs=1e-5), t
@@ -254,3 +257,40 @@ def test_diloco_bears_datas_gradient_sync_once_every_h_steps():
     assert sync["every_steps"] == 500 and sync["bytes_per_rank"] == gradients["bytes_per_rank"]
     assert sync["seconds"] == pytest.approx(gradients["seconds"] / 500)
     assert diloco.terms["compute"] == data.terms["compute"] and diloco.step_s < data.step_s
+
+
+def test_a_delayed_diloco_sync_is_waited_for_only_beyond_the_compute_it_overlaps():
+    """Delayed, a sync (each fragment's) runs alongside the compute of the step it lands in: where
+    the runtime overlaps them, a step waits for what it takes beyond that compute, spread over H
+    steps; the bytes are the same."""
+    sl = slices.load("UTAH-GPN")
+    vms = tuple(vm.name for vm in sl.vms)
+    for fragments in (1, 2):
+        options = {"sync_every": 4, "fragments": fragments}
+        now = costmodel.predict("DiLoCo", sl, vms, GPT2M, options=options)
+        late = costmodel.predict("DiLoCo", sl, vms, GPT2M, options={**options, "delay": 1})
+        sync_now = next(w for w in now.wire if w["crosses_vms"])
+        sync_late = next(w for w in late.wire if w["crosses_vms"])
+        assert sync_late["overlaps_compute"] and not sync_now["overlaps_compute"]
+        assert sync_late["seconds"] == sync_now["seconds"] == sync_now["waited_s"]
+        each = sync_late["seconds"] * 4 / fragments
+        assert each > late.terms["compute"] > 0  # on this link the sync outlasts a step's compute
+        assert sync_late["waited_s"] == pytest.approx(fragments * (each - late.terms["compute"]) / 4)
+        assert late.step_s < now.step_s
+        # on a runtime that runs it alone (XLA's on CPU), a delayed sync costs what an undelayed one does
+        alone = costmodel.predict("DiLoCo", sl, vms, GPT2M, options={**options, "delay": 1},
+                                  net=dataclasses.replace(costmodel.network_for(sl), overlaps_compute=False))
+        assert alone.step_s == pytest.approx(now.step_s) and alone.wire == [{**w, "overlaps_compute": w["crosses_vms"]}
+                                                                          for w in now.wire]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"sync_every": 4, "delay": 4}, "delay must be from 0 to sync_every / fragments - 1 (3), got 4"),
+    ({"sync_every": 4, "fragments": 2, "delay": 2}, "delay must be from 0 to sync_every / fragments - 1 (1), got 2"),
+    ({"delay": -1}, "delay must be from 0"),
+    ({"mix": 1.5}, "mix must be in [0, 1], got 1.5"),
+    ({"sync_every": 4, "fragments": 5}, "fragments must be from 1 to sync_every (4), got 5"),
+])
+def test_diloco_settings_out_of_range_are_named(options, message):
+    with pytest.raises(BadInput, match="DiLoCo: " + re.escape(message)):
+        technique_named("DiLoCo", **options)

@@ -134,6 +134,13 @@ def test_each_technique_is_timed_to_the_target_data_on_one_vm_sets():
             assert got.status == "reached", got
             assert got.curve[-1][2] <= target < got.curve[0][2] and got.seconds > 0
             assert got.tokens == got.steps * runner.train_config(trials.Trial.on(sl, name)).batch_size * 64
+        # DiLoCo's outer model moves only at its syncs (after steps 4, 8, ...): measured every 2
+        # steps, it is measured where it has moved since the last time, every 4 steps from step 1.
+        sparse = time_to_loss.to_target(runner, trials.Trial.on(sl, "DiLoCo"), target, eval_every=2, cap_steps=60)
+        per_step = got.tokens // got.steps
+        assert [tokens // per_step for tokens, _, _ in sparse.curve] == list(range(1, sparse.steps + 1, 4))
+        assert sparse.status == "reached"
+        assert len({loss for _, _, loss in sparse.curve}) == len(sparse.curve)
         short = time_to_loss.to_target(runner, trials.Trial.on(sl, "Shard"), target, eval_every=1, cap_steps=2)
         assert short.status == "not reached" and short.steps == 2 and short.curve[-1][2] > target
         # A repeat starts the compiled step over from the untrained model: the same curve of losses

@@ -154,10 +154,13 @@ def test_shard_with_tensor_parallel_plan_matches(packed, reference):
 
 # ---- structure, read from the compiled HLO of a 2x2 cluster (device i is on VM i // 2) ----
 
-def collectives_of(name, cfg=MODEL, shape=(2, 2), micro_batches=1, **options):
+def collectives_of(name, cfg=MODEL, shape=(2, 2), micro_batches=1, text=False, **options):
+    """The collectives of a technique's compiled step, its devices per VM (and, with text, the HLO)."""
     plan = technique(name, micro_batches=micro_batches, **options).build(cfg, ClusterShape(*shape), TRAIN, TRAIN.steps)
     _, abstract = model.abstract_init(cfg)
-    return hlo.of(plan, *plan.abstract_args(abstract, TRAIN.batch_size, TRAIN.seq_len)), shape[1]
+    compiled = plan.step.lower(*plan.abstract_args(abstract, TRAIN.batch_size, TRAIN.seq_len)).compile(hlo.COMPILE_ONLY)
+    found = hlo.collectives(compiled.as_text(), plan.mesh.devices.size)
+    return (found, shape[1], compiled.as_text()) if text else (found, shape[1])
 
 
 @pytest.mark.parametrize("micro_batches", [1, MICRO_BATCHES])
@@ -337,6 +340,70 @@ def test_only_diloco_pseudo_gradient_crosses_the_vms_and_only_on_a_sync():
     assert sum(c.elements for c in crossing) == param_count(MODEL)
     inside = [c for c in found if not c.crosses_hosts(dph)]
     assert inside and not any(c.in_branch for c in inside)  # the inner steps' gradients, every step
+
+
+def test_a_delayed_sync_lands_its_steps_later_and_merges_by_mix(packed):
+    """delay 1: the sync due after step 4 lands with step 5. Until then each VM trains on and the
+    outer model stays; then, with mix 0, the VMs meet at the new outer model; with mix 0.5 they
+    keep half of their own and still differ."""
+    nine = dataclasses.replace(TRAIN, steps=9)
+    taking = stepper(DILOCO, MODEL, (2, 2), packed, nine, sync_every=4, delay=1, mix=0.0)
+    mixing = stepper(DILOCO, MODEL, (2, 2), packed, nine, sync_every=4, delay=1, mix=0.5)
+    outer = rows(taking.opt_state["outer"])
+    for step in range(1, 10):
+        taking.advance(1), mixing.advance(1)
+        assert all(np.array_equal(x[0], x[1]) for x in rows(taking.params)) == (step in (5, 9)), step
+        assert not all(np.array_equal(x[0], x[1]) for x in rows(mixing.params)), step
+        moved = not all(np.array_equal(a, b) for a, b in zip(outer, rows(taking.opt_state["outer"])))
+        assert moved == (step in (5, 9)), step
+        outer = rows(taking.opt_state["outer"])
+
+
+def test_a_delayed_sync_on_one_vm_keeping_its_own_is_data_and_its_outer_model_lags(packed, reference):
+    """One VM, H = 2, mix 1 (the VM keeps its own), outer learning rate 1, no momentum: its steps
+    are Data's, and its outer model is where Data was when the last landed sync was noted: after
+    step 4 where Data was after step 2 (the sync noted after step 4 has not landed), after step 5
+    where it was after step 4."""
+    s = stepper(DILOCO, MODEL, (1, 4), packed, sync_every=2, delay=1, mix=1.0, outer_lr=1.0, outer_momentum=0.0)
+    data = stepper("Data", MODEL, (1, 4), packed)
+
+    def assert_outer_is_datas():
+        ours = jax.device_get(s.plan.model_params(s.params, s.opt_state))
+        theirs = jax.device_get(data.plan.model_params(data.params, data.opt_state))
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-4)
+
+    s.advance(4), data.advance(2)
+    assert_outer_is_datas()
+    np.testing.assert_allclose(s.advance(1).losses, reference[MODEL.name + "True"], rtol=RTOL)
+    data.advance(2)
+    assert_outer_is_datas()
+
+
+def test_streaming_diloco_delayed_lands_each_fragment_a_step_after_it_is_due(packed):
+    s = stepper(DILOCO, MODEL, (2, 2), packed, dataclasses.replace(TRAIN, steps=8), sync_every=4, fragments=2,
+                delay=1, mix=0.0)
+    for step in range(1, 9):
+        s.advance(1)
+        params = jax.device_get(s.params)
+        first = [params["wte"]["embedding"]] + [x[:, :2] for x in jax.tree.leaves(params["blocks"])]
+        second = [x[:, 2:] for x in jax.tree.leaves(params["blocks"])]
+        assert all(np.array_equal(x[0], x[1]) for x in first) == (step % 4 == 3), step
+        assert all(np.array_equal(x[0], x[1]) for x in second) == (step == 5), step
+
+
+@pytest.mark.parametrize("delay", [0, 1])
+def test_a_delayed_sync_runs_in_the_program_of_a_step_beside_its_forward_and_backward(delay):
+    """What lets a delayed sync overlap the step it lands in: in the compiled step the all-reduce
+    that crosses VMs sits in the same computation as that step's loops (its microbatches' forward
+    and backward), and neither waits for the other. Undelayed, it waits for the step's update: in
+    its branch there is nothing left to run beside it."""
+    found, dph, text = collectives_of(DILOCO, micro_batches=MICRO_BATCHES, sync_every=4, delay=delay, text=True)
+    crossing = [c for c in found if c.crosses_hosts(dph)]
+    assert crossing and all(c.op == "all-reduce" and c.in_branch for c in crossing)
+    assert sum(c.elements for c in crossing) == param_count(MODEL)  # the pseudo-gradient, once
+    for c in crossing:
+        assert bool(hlo.beside(text, c)) == bool(delay), c
 
 
 # ---- memory ----

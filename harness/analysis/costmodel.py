@@ -9,7 +9,9 @@ separate terms, each shown in the output:
   goes at the pace of its slowest stage);
 - collectives: the ring collectives of the wire (all-reduce, reduce-scatter, all-gather), priced
   over the links they cross, NCCL's rings, their buckets back to back, with no overlap with compute
-  (Alpa turned asynchronous all-reduce off: ALPA-WIRE.md);
+  (Alpa turned asynchronous all-reduce off: ALPA-WIRE.md) unless the technique says a collective
+  runs alongside a step's compute (DiLoCo's delayed sync) and the network's runtime overlaps them
+  (Network.overlaps_compute): then only what it takes beyond that;
 - pipeline: the bubble, and the point-to-point transfers of the wire (activations forward,
   gradients back, scalars around the ring of stages) that the schedule cannot hide.
 
@@ -115,11 +117,11 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
                 m=setup.micro_batches, value=BYTES[setup.precision],
                 remat=method.remat, schedule=setup.pipeline_schedule)
     cost = method.cost(step)
-    wire = [wire_row(c, price(c, step.net, step.rtt)) for c in cost.wire]
+    wire = [wire_row(c, price(c, step.net, step.rtt), cost.compute_s, step.net) for c in cost.wire]
     terms = {"compute": cost.compute_s,
-             "collectives": sum(w["seconds"] for w in wire if w["kind"] not in POINT_TO_POINT),
+             "collectives": sum(w["waited_s"] for w in wire if w["kind"] not in POINT_TO_POINT),
              "pipeline_bubble": cost.bubble_s,
-             "pipeline_transfers": sum(w["seconds"] for w in wire if w["kind"] in POINT_TO_POINT)}
+             "pipeline_transfers": sum(w["waited_s"] for w in wire if w["kind"] in POINT_TO_POINT)}
     memory, notes = cost.memory_bytes, cost.notes
     step_s = sum(terms.values())
     steps_per_epoch = dataset_tokens / (step.batch * step.seq) if dataset_tokens else 0
@@ -128,11 +130,23 @@ def predict(technique: str, sl: slices.Slice, vms: tuple[str, ...], cfg: GPTConf
                       notes, wire)
 
 
-def wire_row(c: Collective, seconds: float) -> dict:
-    """One collective of a step as predict reports it: what it carries, where, how often, how long."""
+def waited(c: Collective, seconds: float, compute_s: float, net: Network) -> float:
+    """What of a collective's seconds per step the step waits for: all of them, or, for one that
+    runs alongside a step's compute on a runtime that overlaps them, what each of its runs takes
+    beyond that step's compute."""
+    if not (c.overlaps and net.overlaps_compute):
+        return seconds
+    each = seconds * c.every / c.times
+    return c.times * max(0.0, each - compute_s) / c.every
+
+
+def wire_row(c: Collective, seconds: float, compute_s: float, net: Network) -> dict:
+    """One collective of a step as predict reports it: what it carries, where, how often, how long,
+    and how much of that the step waits for."""
     return {"kind": c.kind, "what": c.what, "bytes_per_rank": sum(c.nbytes), "buckets": len(c.nbytes),
             "vms": c.over[0], "gpus_per_vm": c.over[1], "crosses_vms": c.crosses_vms, "times": c.times,
-            "per_microbatch": c.per_microbatch, "every_steps": c.every, "seconds": seconds}
+            "per_microbatch": c.per_microbatch, "every_steps": c.every, "overlaps_compute": c.overlaps,
+            "seconds": seconds, "waited_s": waited(c, seconds, compute_s, net)}
 
 
 def placements(sl: slices.Slice) -> list[tuple[str, ...]]:

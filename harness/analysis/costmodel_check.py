@@ -127,7 +127,7 @@ def calibrate(recs: list[dict], by_name: dict[str, slices.Slice], per_tensor: bo
         raise ValueError("the records carry no measured link rate (network.link_bytes_per_s): not an emulated run")
     net = Network(link_bytes_per_s=max(filter(None, rates)), ring_over_devices=False,
                   initial_window_bytes=10 * (MTU - TCP_HEADERS), flows_per_peer=GLOO_FLOWS_PER_PEER,
-                  per_tensor=per_tensor)
+                  per_tensor=per_tensor, overlaps_compute=False)
     used = [single]
     zero2 = next((r for r in every if r["technique"] == "ZeRO2"), None)
     shard = next((r for r in every if r["technique"] == "Shard"), None)

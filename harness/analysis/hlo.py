@@ -14,7 +14,7 @@ import numpy as np
 from harness.analysis.memory import COMPILE_ONLY  # the HLO is read, never run: skip LLVM's optimisation
 
 OPS = ("all-reduce", "reduce-scatter", "all-gather", "collective-permute", "all-to-all")
-INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s*=\s*(?P<shape>.*?)\s(?P<op>" + "|".join(OPS) + r")(?:-start)?\(")
+INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>\S+)\s*=\s*(?P<shape>.*?)\s(?P<op>" + "|".join(OPS) + r")(?:-start)?\(")
 COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
 CALLEES = re.compile(r"(?:body|condition|calls|true_computation|false_computation)=%([\w.\-]+)")
 ARMS = re.compile(r"(?:true_computation|false_computation)=%([\w.\-]+)")
@@ -30,6 +30,7 @@ class Collective:
     computation: str
     in_loop: bool  # inside a while loop's body (a scanned layer, a pipeline tick, a microbatch)
     in_branch: bool = False  # inside a conditional's branch: runs only on the steps that take it
+    name: str = ""  # its instruction's
 
     def hosts(self, devices_per_host: int) -> list[set[int]]:
         return [{d // devices_per_host for d in g} for g in self.groups]
@@ -83,7 +84,7 @@ def collectives(hlo_text: str, n_devices: int) -> list[Collective]:
         shape = m.group("shape").split(" all-", 1)[0]
         elements = sum(math.prod(int(d) for d in dims.split(",") if d) for dims in ARRAY.findall(shape))
         result.append(Collective(m.group("op"), _groups(line, n_devices), elements, computation,
-                                 computation in inside, computation in in_arms))
+                                 computation in inside, computation in in_arms, m.group("name")))
     return result
 
 
@@ -102,3 +103,39 @@ def of(plan, *args) -> list[Collective]:
     """The collectives of a Plan's step compiled for the given (abstract) arguments."""
     text = plan.step.lower(*args).compile(COMPILE_ONLY).as_text()
     return collectives(text, plan.mesh.devices.size)
+
+
+
+DEFINES = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*\S.*?\s(?P<op>[a-z][\w\-]*)\(")
+
+
+def beside(hlo_text: str, c: Collective) -> list[str]:
+    """The loops (a microbatch's forward and backward, a scan over layers) in c's own computation
+    that c neither reads nor is read by: nothing orders them before or after it, so a runtime that
+    runs independent work together may run them while c is in flight."""
+    body: dict[str, tuple[str, list[str]]] = {}  # c's computation: instruction -> (op, operands)
+    current = None
+    for line in hlo_text.splitlines():
+        if m := COMPUTATION.match(line):
+            current = m.group("name")
+        elif current == c.computation and (m := DEFINES.match(line)):
+            body[m.group("name")] = (m.group("op"), re.findall(r"%([\w.\-]+)", line.split("=", 1)[1]))
+    if c.name not in body:
+        raise ValueError(f"no instruction {c.name} in computation {c.computation}")
+    operands = {name: [o for o in ops if o in body] for name, (_, ops) in body.items()}
+    users: dict[str, list[str]] = {name: [] for name in body}
+    for name, ops in operands.items():
+        for o in ops:
+            users[o].append(name)
+
+    def closure(start: str, edges: dict) -> set[str]:
+        seen, frontier = set(), list(edges[start])
+        while frontier:
+            name = frontier.pop()
+            if name not in seen:
+                seen.add(name)
+                frontier.extend(edges[name])
+        return seen
+
+    ordered = closure(c.name, operands) | closure(c.name, users)
+    return [name for name, (op, _) in body.items() if op == "while" and name not in ordered]

@@ -75,6 +75,10 @@ class Network:
     # Gradients cross in 30 MiB buckets (XLA's GPU combiners, NCCL); per_tensor: one collective per
     # tensor instead, as XLA's CPU runtime runs them (techniques/buckets.py).
     per_tensor: bool = False
+    # A collective that its program leaves free beside the compute (DiLoCo's delayed sync) runs
+    # alongside it, as XLA's asynchronous collectives do on GPUs; the CPU runtime runs it alone
+    # (docs/techniques.md, DiLoCo).
+    overlaps_compute: bool = True
 
     @property
     def peer_window_bytes(self) -> float:

@@ -5,7 +5,8 @@ takes other steps than Data, so its time per step says nothing of how soon it ha
 The target comes from a reference run: the held-out loss Data on the slice's first VM alone reaches
 after a stated number of steps. Every run trains on the same corpus less its held-out part
 (harness.runs.trials.Runner's held_out), with the optimizer schedule spanning the cap, and is
-measured on the held-out part every `eval_every` steps; the time is the sum of its timed steps (the
+measured on the held-out part every `eval_every` steps (skipping a measurement where the model has
+not moved since the last: DiLoCo's between syncs); the time is the sum of its timed steps (the
 first step, which pays one-time costs, is trained but not timed, as in the trials). A run that does
 not reach the target within the cap is "not reached", a result of its own; one that fails is
 recorded as failed, never as reached or not. Each run starts from the untrained model: a step that
@@ -88,13 +89,18 @@ def to_target(runner: Runner, trial: Trial, target: float, eval_every: int, cap_
         if before is not None:
             result.link_bytes = delivered(before, runner.counters(trial))
         result.steps = runner.budget.warmup_steps
+        moves, measured_at = runner.method(trial).model_moves, None
         while True:
-            loss = measured(runner.held_out_loss(trial), f"{trial.label} after {result.steps} steps")
             result.tokens = result.steps * tokens_per_step
-            result.curve.append((result.tokens, result.seconds, loss))
-            if loss <= target:
-                result.status = "reached"
-                return result
+            # A model that has not moved since it was measured (DiLoCo's between syncs) would give
+            # the same loss again: it is measured once.
+            if measured_at is None or any(moves(s) for s in range(measured_at + 1, result.steps + 1)):
+                loss = measured(runner.held_out_loss(trial), f"{trial.label} after {result.steps} steps")
+                result.curve.append((result.tokens, result.seconds, loss))
+                measured_at = result.steps
+                if loss <= target:
+                    result.status = "reached"
+                    return result
             if result.steps >= cap_steps:
                 return result
             before = runner.counters(trial)

@@ -21,8 +21,8 @@ from harness.core.config import Budget, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.platform.slices import Slice, one_shape
 from harness.runs import records
-from harness.runs.jobs import Job
-from harness.techniques import mesh_shape, technique_class
+from harness.runs.jobs import Job, technique_options
+from harness.techniques import mesh_shape, technique, technique_class
 from harness.techniques.contract import player
 
 ALL_VMS = "all"
@@ -151,6 +151,11 @@ class Runner:
         return Job(player(trial.technique), dataclasses.asdict(self.model_cfg), hosts, devices,
                    train=dataclasses.asdict(self.train_config(trial)), options=options,
                    full_fp32=self.budget.precision == "float32-full", held_out=self.held_out)
+
+    def method(self, trial: Trial):
+        """The technique as this runner builds the trial's step, its options included."""
+        job = self.job(trial)
+        return technique(job.technique, **technique_options(job))
 
     # -- running ------------------------------------------------------------------------------
     def prepare(self, trial: Trial, fresh: bool = False) -> TrialResult:

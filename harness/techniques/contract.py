@@ -45,6 +45,7 @@ class Collective:
     per_microbatch: bool = False  # inside the microbatch loop (times counts all of them)
     what: str = ""
     every: int = 1  # in one step of this many (a sync every H steps: a step bears 1/H of it)
+    overlaps: bool = False  # runs alongside a step's compute (DiLoCo's delayed sync): waited for only beyond it
 
     @property
     def crosses_vms(self) -> bool:
@@ -137,6 +138,12 @@ class ParallelMethod:
         """The programs the memory analysis compiles, one per mesh row, with their description;
         None: the one step build() compiles, over the whole mesh."""
         return None
+
+    def model_moves(self, steps: int) -> bool:
+        """Whether the model its Plan's canonical state holds can have changed with step number
+        `steps` (counted from 1). Every step moves it, unless the technique's model moves only at
+        syncs (DiLoCo's outer model): a measurement in between would measure the same model."""
+        return True
 
     def memory_key(self) -> str:
         """Everything of its configuration that its compiled programs depend on."""
