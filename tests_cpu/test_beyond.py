@@ -2,6 +2,7 @@
 sweep of all five techniques on two emulated slices."""
 import json
 import math
+import re
 
 import pytest
 
@@ -121,6 +122,44 @@ def test_each_result_is_kept_as_a_line_of_json_as_it_comes(tmp_path):
 def test_bad_settings_are_named_before_anything_runs(fields, message):
     with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):
         beyond.Settings(**fields).check()
+
+
+def test_sweep_settings_from_the_command_line_replace_the_defaults_and_reach_diloco():
+    s = beyond.Settings().override(["sync_every=8", "cap_steps=40", "techniques=Data, DiLoCo", "combine=false",
+                                    "diloco.outer_lr=0.4", "diloco.nesterov=false", "diloco.fragments=2",
+                                    "diloco.delay=1"])
+    s.check()
+    assert (s.sync_every, s.cap_steps, s.techniques, s.combine) == (8, 40, ("Data", "DiLoCo"), False)
+    options = {"sync_every": 8, "outer_lr": 0.4, "nesterov": False, "fragments": 2, "delay": 1}
+    assert s.runner_options["options"]["DiLoCo"] == options
+    assert beyond.Settings().runner_options["options"]["DiLoCo"] == {"sync_every": beyond.Settings().sync_every}
+    # a sweep run with them hands predict and select the same DiLoCo
+    d = doc({FAR: {"Data": [9, 9, 9], "DiLoCo": [20, 21, 22]}}, {FAR: 20.0})
+    d["settings"] = json.loads(json.dumps(beyond.Sweep(s).to_dict()))["settings"]
+    assert beyond.trained_options(beyond.tokens_factor(d)) == options
+    assert "DiLoCo syncs every 8 steps, outer_lr 0.4, nesterov False, fragments 2, delay 1." in beyond.markdown(d, [])
+
+
+@pytest.mark.parametrize("given, message", [
+    (["sync_every"], "--beyond-set 'sync_every': expected NAME=VALUE"),
+    (["speed=2"], "--beyond-set speed: no such setting; expected one of reference_steps, eval_every, cap_steps, "
+                  "repeats, sync_every, techniques, combine or diloco.OPTION"),
+    (["diloco.H=3"], "--beyond-set diloco.H: DiLoCo has no option 'H'; expected one of diloco.outer_lr"),
+    (["repeats=two"], "--beyond-set repeats=two: expected int"),
+    (["diloco.nesterov=maybe"], "--beyond-set diloco.nesterov=maybe: expected true or false"),
+])
+def test_a_bad_sweep_setting_is_named_in_one_line(given, message):
+    with pytest.raises(BadInput, match=re.escape(message)):
+        beyond.Settings().override(given)
+
+
+@pytest.mark.parametrize("given, message", [
+    (["diloco.mix=2"], "beyond: DiLoCo: mix must be in [0, 1], got 2.0"),
+    (["sync_every=4", "diloco.delay=4"], "beyond: DiLoCo: delay must be from 0 to sync_every / fragments - 1 (3), got 4"),
+])
+def test_diloco_settings_the_sweep_cannot_train_are_refused_before_it_runs(given, message):
+    with pytest.raises(BadInput, match=re.escape(message)):
+        beyond.Settings().override(given).check()
 
 
 @pytest.mark.slow  # five techniques to a target on two emulated slices, through Ray

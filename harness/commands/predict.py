@@ -96,7 +96,7 @@ def diloco(sl, cfg, setup, net, args, tokens: float, factor: dict | None) -> lis
         p = costmodel.predict("DiLoCo", sl, vms, cfg, setup, net=net,
                               devices=costmodel.Devices.of(sl, vms, args.precision, args.efficiency),
                               epochs=args.epochs, dataset_tokens=tokens,
-                              options={"sync_every": factor["sync_every"]} if factor else None).to_dict()
+                              options=beyond.trained_options(factor) if factor else None).to_dict()
         p["epochs_s"] = p["epochs_s"] * factor["factor"] if factor and p["epochs_s"] else None
         out.append({**p, "beyond_paper": True, "tokens_to_target": factor})
     return out

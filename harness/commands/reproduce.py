@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from harness import inputs, resources
+from harness.errors import BadInput
 from harness.experiments import compare, infer, report
 from harness.platform import slices
 from harness.runs.run_config import QUICK_SLICES, SHARDS, RunConfig
@@ -73,6 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "across the link per target): the section 'Beyond the paper' of claims.md, beyond.md, "
                         "beyond.json, beyond.jsonl and figures (harness/experiments/beyond.py). '--beyond' runs it "
                         "after the paper's claims, '--beyond only' instead of them")
+    p.add_argument("--beyond-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting of the sweep beyond the paper, repeatable: reference_steps, eval_every, cap_steps, "
+                        "repeats, sync_every (DiLoCo's H), techniques (comma-separated), combine, or diloco.OPTION for "
+                        "DiLoCo's outer_lr, outer_momentum, nesterov, fragments, delay, mix (defaults: "
+                        "harness/experiments/beyond.py's Settings)")
     p.add_argument("--threshold", type=float, default=compare.THRESHOLD,
                    help="slowdown of a trial's median step time that counts as a regression (default: %(default)s = +50%%)")
 
@@ -90,6 +96,7 @@ def run(args) -> tuple[int, dict]:
         model=args.model, link_scaling="literal" if args.literal else None, gpu_speeds=args.gpu_speeds or None,
         shard=args.shard)
     run_config.check()  # a bad slice file, model or inventory fails here, named, before any work
+    sweep_settings = _beyond_settings(args)
     inputs.positive("--threshold", args.threshold)
     if args.baseline:
         inputs.run_folder("--baseline", args.baseline)
@@ -110,7 +117,7 @@ def run(args) -> tuple[int, dict]:
     start = time.perf_counter()
     status = 0 if args.beyond == "only" else _pytest(argv)
     if args.beyond and status != INTERRUPTED:
-        status = max(status, _beyond(run_config, out))
+        status = max(status, _beyond(run_config, out, sweep_settings))
     wall = time.perf_counter() - start
     result = {"run_id": run_id, "mode": mode, "report_dir": str(out), "pytest_exit_status": status,
               "wall_s": round(wall, 1), "files": sorted(p.name for p in out.iterdir())}
@@ -163,7 +170,21 @@ def _infer(which: str, out: Path, narrower: tuple[str, ...] = ()) -> int:
     return 0
 
 
-def _beyond(run_config: RunConfig, out: Path) -> int:
+def _beyond_settings(args):
+    """The sweep's settings with --beyond-set's, checked before any work; None without --beyond."""
+    if not args.beyond:
+        if args.beyond_set:
+            raise BadInput("--beyond-set: it sets the sweep beyond the paper; give --beyond (or --beyond only) too")
+        return None
+    # deferred: JAX loads only where the sweep runs
+    from harness.experiments import beyond
+
+    settings = beyond.Settings().override(args.beyond_set)
+    settings.check()
+    return settings
+
+
+def _beyond(run_config: RunConfig, out: Path, settings) -> int:
     """The sweep of harness.experiments.beyond on the run's slices, on an emulated cluster of its
     own, into the report; each result goes to beyond.jsonl as it comes, so that Ctrl-C loses none."""
     # deferred: JAX and Ray load only where the sweep runs
@@ -177,7 +198,7 @@ def _beyond(run_config: RunConfig, out: Path) -> int:
     if problem:
         print(f"reproduce --beyond: cannot emulate slices here: {problem}", file=sys.stderr)
         return 1
-    settings, chosen = beyond.Settings(), run_config.claim_slices
+    chosen = run_config.claim_slices
 
     def keep(result):
         beyond.append(out / "beyond.jsonl", result)

@@ -114,7 +114,7 @@ def run(args) -> tuple[int, dict]:
 def beyond_paper(measure: measured_selection.Trials, decisions: list[dict], factor: dict) -> list[dict]:
     """DiLoCo on all VMs, trained at the sweep's sync interval, against each decision."""
     names = tuple(vm.name for vm in measure.slice.vms)
-    measure.runner.options["DiLoCo"] = {"sync_every": factor["sync_every"]}
+    measure.runner.options["DiLoCo"] = beyond.trained_options(factor)
     measure("DiLoCo", names)
     diloco = measure.records[("DiLoCo", names)]
     return [{**beyond.candidate(measure.records.get((d["technique"], tuple(d["vms"]))) if d["technique"] else None,

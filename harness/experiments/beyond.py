@@ -28,6 +28,7 @@ from harness.experiments.time_to_loss import HELD_OUT, ToTarget, target_loss, to
 from harness.paper.claims import CONTRADICTED, HOLDS, NOISE, NOT_SHOWN, Comparison, Verdict, compare_times
 from harness.runs import noise
 from harness.runs.trials import ALL_VMS, Runner, Trial
+from harness.techniques import technique as technique_named
 
 TECHNIQUES = ("Data", "ZeRO2", "Shard", "Pipeshard", "DiLoCo")
 B1 = "B1.crossover"
@@ -49,6 +50,37 @@ class Settings:
     # Collectives combined as XLA does on GPUs (Budget.combine), not the CPU runtime's one per
     # tensor, each of which would pay the RTT: across sites that is what a user's GPUs would do.
     combine: bool = True
+    # DiLoCo's other settings (harness/techniques/diloco.py: outer_lr, outer_momentum, nesterov,
+    # fragments, delay, mix); none given: its own defaults.
+    diloco: dict = field(default_factory=dict)
+
+    @property
+    def diloco_options(self) -> dict:
+        return {"sync_every": self.sync_every, **self.diloco}
+
+    def override(self, given: list[str]) -> "Settings":
+        """These settings with NAME=VALUE pairs (`reproduce --beyond-set`): a field of Settings, or
+        diloco.OPTION for one of DiLoCo's; techniques as a comma-separated list."""
+        changed, diloco = {}, dict(self.diloco)
+        names = [f.name for f in dataclasses.fields(self) if f.name != "diloco"]
+        for pair in given:
+            name, sep, text = pair.partition("=")
+            name, text = name.strip(), text.strip()
+            if not sep or not name or not text:
+                raise BadInput(f"--beyond-set {pair!r}: expected NAME=VALUE")
+            if name.startswith("diloco."):
+                option = name.removeprefix("diloco.")
+                if option not in DILOCO_OPTIONS:
+                    raise BadInput(f"--beyond-set {name}: DiLoCo has no option {option!r}; expected one of "
+                                   f"{', '.join('diloco.' + o for o in DILOCO_OPTIONS)}")
+                diloco[option] = _value(name, text, DILOCO_OPTIONS[option])
+            elif name in names:
+                kind = type(getattr(self, name))
+                changed[name] = tuple(t.strip() for t in text.split(",")) if kind is tuple else _value(name, text, kind)
+            else:
+                raise BadInput(f"--beyond-set {name}: no such setting; expected one of {', '.join(names)} or "
+                               "diloco.OPTION")
+        return dataclasses.replace(self, **changed, diloco=diloco)
 
     def budget(self, base):
         """The claims' budget (model, batch, precision) with the sweep's collectives."""
@@ -64,11 +96,37 @@ class Settings:
         unknown = sorted(set(self.techniques) - set(TECHNIQUES))
         if unknown:
             raise BadInput(f"beyond: unknown technique(s) {', '.join(unknown)}; expected some of {', '.join(TECHNIQUES)}")
+        if "DiLoCo" in self.techniques:
+            try:
+                technique_named("DiLoCo", **self.diloco_options)  # its own checks, before anything runs
+            except TypeError:
+                raise BadInput(f"beyond: DiLoCo has no option among {', '.join(sorted(self.diloco))}; expected some "
+                               f"of {', '.join(DILOCO_OPTIONS)}") from None
+            except BadInput as e:
+                raise BadInput(f"beyond: {e}") from None
 
     @property
     def runner_options(self) -> dict:
         return {"held_out": HELD_OUT, "schedule_steps": self.cap_steps,
-                "options": {"DiLoCo": {"sync_every": self.sync_every}}}
+                "options": {"DiLoCo": self.diloco_options}}
+
+
+# What --beyond-set may give DiLoCo, with the type each is read as.
+DILOCO_OPTIONS = {"outer_lr": float, "outer_momentum": float, "nesterov": bool, "fragments": int, "delay": int,
+                  "mix": float}
+
+
+def _value(name: str, text: str, kind: type):
+    """A setting's text as its type, or a one-line error naming it."""
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+            return text.lower() == "true"
+        return kind(text)
+    except ValueError:
+        raise BadInput(f"--beyond-set {name}={text}: expected {'true or false' if kind is bool else kind.__name__}") \
+            from None
 
 
 @dataclass
@@ -289,6 +347,12 @@ def measured_factor(folder) -> dict:
     return factor
 
 
+def trained_options(factor: dict) -> dict:
+    """The DiLoCo options a sweep's tokens factor was measured with (a sweep written before its
+    other options were kept: its sync interval alone)."""
+    return factor.get("options") or {"sync_every": factor["sync_every"]}
+
+
 def tokens_factor(doc: dict) -> dict | None:
     """DiLoCo's tokens to the target over Data's (both on all VMs, medians of the repeats), per
     slice where both reached it every time, and their median: how much more data DiLoCo needs to
@@ -300,7 +364,9 @@ def tokens_factor(doc: dict) -> dict | None:
             per[name] = statistics.median(r["tokens"] for r in diloco) / statistics.median(r["tokens"] for r in data)
     if not per:
         return None
-    return {"factor": statistics.median(per.values()), "per_slice": per, "sync_every": doc["settings"]["sync_every"],
+    settings = doc["settings"]
+    return {"factor": statistics.median(per.values()), "per_slice": per, "sync_every": settings["sync_every"],
+            "options": {"sync_every": settings["sync_every"], **settings.get("diloco", {})},
             "model": doc.get("budget", {}).get("model")}
 
 
@@ -334,7 +400,8 @@ def markdown(doc: dict, judged: list[dict]) -> str:
              f"{'combined as on GPUs' if b.get('combine') else 'one per tensor'}. Every technique trained from the untrained model to the held-out "
              f"loss Data on the slice's first VM reaches after {s['reference_steps']} steps, measured every "
              f"{s['eval_every']} steps, at most {s['cap_steps']} steps, {s['repeats']} repeats; DiLoCo syncs every "
-             f"{s['sync_every']} steps. Time: the timed steps' seconds, median (min-max) over the repeats.", "",
+             f"{s['sync_every']} steps" + "".join(f", {k} {v}" for k, v in s.get("diloco", {}).items())
+             + ". Time: the timed steps' seconds, median (min-max) over the repeats.", "",
              "| technique | " + " | ".join(f"{n} ({doc['rtt_ms'][n]:.3g} ms)" for n in slices) + " |",
              "|---|" + "---|" * len(slices)]
     for t in s["techniques"]:
