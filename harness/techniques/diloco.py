@@ -150,19 +150,6 @@ class DiLoCo(ParallelMethod):
                 return put(mine, as_vms(new), f), put(outer, new, f), put(momentum, moved, f)
             return run
 
-        def land(f):
-            """Fragment f's delayed sync, from the pseudo-gradient noted when it was due."""
-            def run(noted, outer, momentum):
-                new, moved = outer_step(part(noted, f), part(outer, f), part(momentum, f))
-                return put(outer, new, f), put(momentum, moved, f)
-            return run
-
-        def merge(f):
-            def run(mine, outer):
-                mixed = jax.tree.map(lambda m, o: alpha * m + (1 - alpha) * o, part(mine, f), as_vms(part(outer, f)))
-                return put(mine, mixed, f)
-            return run
-
         phases = jnp.array([self.sync_phase(f) for f in range(self.fragments)])
 
         def fragment_due(count):
@@ -170,7 +157,7 @@ class DiLoCo(ParallelMethod):
             return jnp.sum(jnp.where(phases == count % every, jnp.arange(1, self.fragments + 1), 0))
 
         def inner_step(mine, inner_state, inputs, targets):
-            """H's steps: Data among the VM's devices, and the VM's own AdamW step."""
+            """One of the H steps: Data among the VM's devices, then the VM's own AdamW step."""
             local = jax.lax.pcast(mine, DEVICES, to="varying")
             grad_fn = jax.value_and_grad(lambda p, x, y: model.loss_fn(graphdef, p, x, y))
             loss, grads = accumulate(grad_fn, local, inputs, targets, self.micro_batches)
@@ -185,11 +172,13 @@ class DiLoCo(ParallelMethod):
             nothing orders it after the step's forward and backward."""
             def run(mine, state, inputs, targets):
                 outer, momentum = state["outer"], state["momentum"]
-                if f is not None:
-                    outer, momentum = land(f)(state["noted"], outer, momentum)
+                if f is not None:  # from the pseudo-gradient each VM noted when the sync was due
+                    new, moved = outer_step(part(state["noted"], f), part(outer, f), part(momentum, f))
+                    outer, momentum = put(outer, new, f), put(momentum, moved, f)
                 mine, inner_state, loss = inner_step(mine, state["inner"], inputs, targets)
-                if f is not None:
-                    mine = merge(f)(mine, outer)
+                if f is not None:  # the streaming paper's merge of what the VM learnt meanwhile
+                    mixed = jax.tree.map(lambda m, o: alpha * m + (1 - alpha) * o, part(mine, f), as_vms(new))
+                    mine = put(mine, mixed, f)
                 return mine, inner_state, outer, momentum, loss
             return run
 
