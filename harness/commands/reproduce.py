@@ -205,7 +205,7 @@ def _beyond(run_config: RunConfig, out: Path, settings) -> int:
         print(f"reproduce --beyond: {result.technique} on {result.slice}, repeat {result.repeat + 1}: {result.status} "
               f"after {result.steps} steps, {result.seconds:.1f} s", file=sys.stderr, flush=True)
 
-    print(f"reproduce --beyond: {', '.join(beyond.TECHNIQUES)} to a target on {', '.join(sl.name for sl in chosen)}",
+    print(f"reproduce --beyond: {', '.join(settings.techniques)} to a target on {', '.join(sl.name for sl in chosen)}",
           file=sys.stderr, flush=True)
     try:
         with ray_clusters.emulated(chosen) as cluster:
