@@ -85,6 +85,7 @@ def test_bytes_per_target_are_compared_beyond_the_repeats_range():
     more = doc({FAR: {"Data": [9], "Pipeshard": [10], "DiLoCo": [5]}}, {FAR: 20.0},
                bytes_by={"Data": 1_000_000, "Pipeshard": 1_000_000, "DiLoCo": 2_000_000})
     assert beyond.b2(more).status == "contradicted"
+    assert all(c.line.endswith("2x more") for c in beyond.b2(more).comparisons)
     unreached = doc({FAR: {"Data": [9], "Pipeshard": [10], "DiLoCo": [5]}}, {FAR: 20.0},
                     status={(FAR, "DiLoCo"): "not reached"})
     assert beyond.b2(unreached).status == "not shown"

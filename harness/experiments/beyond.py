@@ -312,9 +312,11 @@ def b2(doc: dict) -> Verdict:
             # beyond both ranges counts.
             status = HOLDS if max(mine) < min(theirs) else CONTRADICTED if min(mine) > max(theirs) else NOISE
             factor = statistics.median(theirs) / statistics.median(mine) if statistics.median(mine) else math.inf
+            said = ("DiLoCo sent none" if factor == math.inf else f"{other} sent none" if factor == 0
+                    else f"{factor:.3g}x less" if factor >= 1 else f"{1 / factor:.3g}x more")
             v.add(Comparison(key, name, status, f"{name}: bytes across the link per target: DiLoCo "
                              f"{statistics.median(mine) / 1e6:.3g} MB vs {other} {statistics.median(theirs) / 1e6:.3g} MB, "
-                             f"{factor:.3g}x less", (), (name,), 1 / factor if factor else math.inf))
+                             f"{said}", (), (name,), 1 / factor if factor else math.inf))
     return v
 
 
