@@ -138,6 +138,8 @@ def test_sweep_settings_from_the_command_line_replace_the_defaults_and_reach_dil
     d = doc({FAR: {"Data": [9, 9, 9], "DiLoCo": [20, 21, 22]}}, {FAR: 20.0})
     d["settings"] = json.loads(json.dumps(beyond.Sweep(s).to_dict()))["settings"]
     assert beyond.trained_options(beyond.tokens_factor(d)) == options
+    assert beyond.trained_said(beyond.tokens_factor(d)) == ("8 steps between syncs, outer_lr 0.4, nesterov False, "
+                                                          "fragments 2, delay 1")
     assert "DiLoCo syncs every 8 steps, outer_lr 0.4, nesterov False, fragments 2, delay 1." in beyond.markdown(d, [])
 
 

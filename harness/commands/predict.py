@@ -132,7 +132,7 @@ def summary(result: dict) -> str:
     for p in result["beyond_paper"]:
         f = p["tokens_to_target"]
         time = (f"{p['epochs_s'] / 3600:.2f} h to learn what Data learns in {s['epochs']} epochs (x{f['factor']:.3g} its "
-                f"tokens, measured on {f['model']} with {f['sync_every']} steps between syncs)") if f else \
+                f"tokens, measured on {f['model']} with {beyond.trained_said(f)})") if f else \
             "the time to learn as much as Data not predicted: its tokens against Data's are measured by reproduce --beyond"
         lines.append(f"beyond the paper: {p['technique']} on {'+'.join(p['vms'])}: {p['step_s']:.3g} s a step "
                      f"({p['notes'][0] if p['notes'] else ''}); {time}")

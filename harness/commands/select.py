@@ -134,7 +134,7 @@ def summary(result: dict) -> str:
         said = (f"learns as much in {b['time_over_choice']:.3g}x the time of {b['choice']['technique']} on "
                 f"{'+'.join(b['choice']['vms'])}" if b["time_over_choice"] is not None else f"not compared: {b['reason']}")
         lines.append(f"  beyond the paper ({b['mode']}): DiLoCo on {'+'.join(b['vms'])} {said} (its tokens x{f['factor']:.3g} "
-                     f"Data's, measured on {f['model']}, {f['sync_every']} steps between syncs)")
+                     f"Data's, measured on {f['model']}, {beyond.trained_said(f)})")
     if result["planner"]["on"]:
         lines.append(f"  planner (margin {result['planner']['margin']}): {result['planner']['trials_saved']} trial(s) saved")
     lines.append("  trials (T = average TFLOP/s per GPU, 0 = failed):")

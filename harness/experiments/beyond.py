@@ -355,6 +355,13 @@ def trained_options(factor: dict) -> dict:
     return factor.get("options") or {"sync_every": factor["sync_every"]}
 
 
+def trained_said(factor: dict) -> str:
+    """The DiLoCo a tokens factor was measured with, for a summary line."""
+    options = trained_options(factor)
+    return f"{options['sync_every']} steps between syncs" + "".join(
+        f", {k} {v}" for k, v in options.items() if k != "sync_every")
+
+
 def tokens_factor(doc: dict) -> dict | None:
     """DiLoCo's tokens to the target over Data's (both on all VMs, medians of the repeats), per
     slice where both reached it every time, and their median: how much more data DiLoCo needs to
