@@ -140,6 +140,9 @@ def test_sweep_settings_from_the_command_line_replace_the_defaults_and_reach_dil
     assert beyond.trained_options(beyond.tokens_factor(d)) == options
     assert beyond.trained_said(beyond.tokens_factor(d)) == ("8 steps between syncs, outer_lr 0.4, nesterov False, "
                                                           "fragments 2, delay 1")
+    # a sweep written before its DiLoCo options were kept: its sync interval alone
+    assert beyond.trained_options({"factor": 1.5, "sync_every": 4}) == {"sync_every": 4}
+    assert beyond.trained_said({"factor": 1.5, "sync_every": 4}) == "4 steps between syncs"
     assert "DiLoCo syncs every 8 steps, outer_lr 0.4, nesterov False, fragments 2, delay 1." in beyond.markdown(d, [])
 
 
