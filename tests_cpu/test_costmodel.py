@@ -289,6 +289,10 @@ def test_a_delayed_diloco_sync_is_waited_for_only_beyond_the_compute_it_overlaps
     ({"sync_every": 4, "fragments": 2, "delay": 2}, "delay must be from 0 to sync_every / fragments - 1 (1), got 2"),
     ({"delay": -1}, "delay must be from 0"),
     ({"mix": 1.5}, "mix must be in [0, 1], got 1.5"),
+    ({"mix": float("nan")}, "mix must be in [0, 1], got nan"),
+    ({"outer_lr": float("nan")}, "outer_lr must be a positive number, got nan"),
+    ({"outer_lr": float("inf")}, "outer_lr must be a positive number, got inf"),
+    ({"outer_momentum": float("nan")}, "outer_momentum must be in [0, 1), got nan"),
     ({"sync_every": 4, "fragments": 5}, "fragments must be from 1 to sync_every (4), got 5"),
 ])
 def test_diloco_settings_out_of_range_are_named(options, message):

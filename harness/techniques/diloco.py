@@ -27,6 +27,8 @@ outer ones).
 Layout: the parameters a VM trains carry a leading axis of one row per VM, split over the VMs;
 the outer parameters and their momentum are replicated beside the inner AdamW state.
 """
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -75,8 +77,8 @@ class DiLoCo(ParallelMethod):
                            f"({sync_every // fragments - 1}), got {delay}")
         if not 0 <= mix <= 1:
             raise BadInput(f"DiLoCo: mix must be in [0, 1], got {mix}")
-        if outer_lr <= 0:
-            raise BadInput(f"DiLoCo: outer_lr must be positive, got {outer_lr}")
+        if not (math.isfinite(outer_lr) and outer_lr > 0):  # written so that NaN fails it too
+            raise BadInput(f"DiLoCo: outer_lr must be a positive number, got {outer_lr}")
         if not 0 <= outer_momentum < 1:
             raise BadInput(f"DiLoCo: outer_momentum must be in [0, 1), got {outer_momentum}")
         self.micro_batches, self.combine, self.sync_every = micro_batches, combine, sync_every
