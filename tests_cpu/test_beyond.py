@@ -292,3 +292,8 @@ def test_a_doctored_sweep_a_duplicate_a_missing_repeat_or_a_nan_is_never_a_resul
         assert beyond.b1(d).status == "not shown" and beyond.b2(d).status == "not shown"
         assert beyond.crossover(d) is None and beyond.tokens_factor(d) is None
     assert beyond.b2(bad_bytes).status == "not shown"
+
+
+def test_settings_made_in_code_with_an_option_diloco_lacks_are_refused():
+    with pytest.raises(BadInput, match="beyond: DiLoCo has no option H; expected some of outer_lr"):
+        beyond.Settings(diloco={"H": 3}).check()

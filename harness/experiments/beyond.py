@@ -96,12 +96,13 @@ class Settings:
         unknown = sorted(set(self.techniques) - set(TECHNIQUES))
         if unknown:
             raise BadInput(f"beyond: unknown technique(s) {', '.join(unknown)}; expected some of {', '.join(TECHNIQUES)}")
+        foreign = sorted(set(self.diloco) - set(DILOCO_OPTIONS))
+        if foreign:
+            raise BadInput(f"beyond: DiLoCo has no option {', '.join(foreign)}; expected some of "
+                           f"{', '.join(DILOCO_OPTIONS)}")
         if "DiLoCo" in self.techniques:
             try:
                 technique_named("DiLoCo", **self.diloco_options)  # its own checks, before anything runs
-            except TypeError:
-                raise BadInput(f"beyond: DiLoCo has no option among {', '.join(sorted(self.diloco))}; expected some "
-                               f"of {', '.join(DILOCO_OPTIONS)}") from None
             except BadInput as e:
                 raise BadInput(f"beyond: {e}") from None
 

@@ -47,6 +47,11 @@ def technique_options(job: Job) -> dict:
     return options
 
 
+def method(job: Job):
+    """The job's technique with its options, as its step is built."""
+    return technique(job.technique, **technique_options(job))
+
+
 def start(job: Job, budget_steps: int | None = None) -> tuple[train.Stepper, str]:
     """Validate, load the data, build the plan and compile its step: a Stepper ready to advance.
 
@@ -54,7 +59,7 @@ def start(job: Job, budget_steps: int | None = None) -> tuple[train.Stepper, str
     model_cfg, cfg = GPTConfig(**job.model), TrainConfig(**job.train)
     seq_len = cfg.resolved_seq_len(model_cfg)
     shape = ClusterShape(job.hosts, job.devices_per_host)
-    tech = technique(job.technique, **technique_options(job))
+    tech = method(job)
     tech.validate(model_cfg, shape, cfg.batch_size)  # before loading or tokenizing anything
     corpus = data.load_corpus(job.corpus, job.corpus_config)
     packed = data.prepare(model_cfg.vocab_size, seq_len, cfg.batch_size, corpus)

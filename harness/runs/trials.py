@@ -20,9 +20,9 @@ from harness.core import data, train
 from harness.core.config import Budget, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.platform.slices import Slice, one_shape
-from harness.runs import records
-from harness.runs.jobs import Job, technique_options
-from harness.techniques import mesh_shape, technique, technique_class
+from harness.runs import jobs, records
+from harness.runs.jobs import Job
+from harness.techniques import mesh_shape, technique_class
 from harness.techniques.contract import player
 
 ALL_VMS = "all"
@@ -154,8 +154,7 @@ class Runner:
 
     def method(self, trial: Trial):
         """The technique as this runner builds the trial's step, its options included."""
-        job = self.job(trial)
-        return technique(job.technique, **technique_options(job))
+        return jobs.method(self.job(trial))
 
     # -- running ------------------------------------------------------------------------------
     def prepare(self, trial: Trial, fresh: bool = False) -> TrialResult:
