@@ -113,6 +113,11 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     (["reproduce", "--baseline", "/no/such/run"],
      "--baseline /no/such/run: no results.jsonl there (expected a run folder written by reproduce)"),
     (["reproduce", "--beyond", "only", "--beyond-set", "diloco.mix=2"], "beyond: DiLoCo: mix must be in [0, 1], got 2.0"),
+    (["reproduce", "--quick", "--beyond", "only", "--beyond-set", "sync_every=8", "--beyond-set", "diloco.fragments=6"],
+     "beyond: DiLoCo: 6 fragments of scale-small's 4 layers: a fragment needs a layer at least"),
+    (["reproduce", "--beyond", "only", "--beyond-set", "techniques=Data,DiLoCo,Data"],
+     "beyond: techniques must name each of Data, ZeRO2, Shard, Pipeshard, DiLoCo at most once, and one at least; "
+     "got Data, DiLoCo, Data"),
     (["reproduce", "--beyond-set", "sync_every=8"],
      "--beyond-set: it sets the sweep beyond the paper; give --beyond (or --beyond only) too"),
     (["compare", "--threshold", "-1", "harness/resources/baselines/quick", "harness/resources/baselines/quick"],

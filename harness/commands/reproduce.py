@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from harness import inputs, resources
+from harness.core.config import model_config
 from harness.errors import BadInput
 from harness.experiments import compare, infer, report
 from harness.platform import slices
@@ -96,7 +97,7 @@ def run(args) -> tuple[int, dict]:
         model=args.model, link_scaling="literal" if args.literal else None, gpu_speeds=args.gpu_speeds or None,
         shard=args.shard)
     run_config.check()  # a bad slice file, model or inventory fails here, named, before any work
-    sweep_settings = _beyond_settings(args)
+    sweep_settings = _beyond_settings(args, run_config)
     inputs.positive("--threshold", args.threshold)
     if args.baseline:
         inputs.run_folder("--baseline", args.baseline)
@@ -170,8 +171,9 @@ def _infer(which: str, out: Path, narrower: tuple[str, ...] = ()) -> int:
     return 0
 
 
-def _beyond_settings(args):
-    """The sweep's settings with --beyond-set's, checked before any work; None without --beyond."""
+def _beyond_settings(args, run_config: RunConfig):
+    """The sweep's settings with --beyond-set's, checked against the run's model before any work;
+    None without --beyond."""
     if not args.beyond:
         if args.beyond_set:
             raise BadInput("--beyond-set: it sets the sweep beyond the paper; give --beyond (or --beyond only) too")
@@ -180,7 +182,7 @@ def _beyond_settings(args):
     from harness.experiments import beyond
 
     settings = beyond.Settings().override(args.beyond_set)
-    settings.check()
+    settings.check(model_config(run_config.budget().model))
     return settings
 
 

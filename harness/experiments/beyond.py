@@ -31,6 +31,9 @@ from harness.runs.trials import ALL_VMS, Runner, Trial
 from harness.techniques import technique as technique_named
 
 TECHNIQUES = ("Data", "ZeRO2", "Shard", "Pipeshard", "DiLoCo")
+# The fewest repeats whose median absolute deviation one stray run cannot set (with two it is half
+# their range, and with one there is no spread at all): fewer, and no difference counts.
+MIN_REPEATS = 3
 B1 = "B1.crossover"
 B2 = "B2.bytes"
 STATEMENTS = {
@@ -86,23 +89,33 @@ class Settings:
         """The claims' budget (model, batch, precision) with the sweep's collectives."""
         return dataclasses.replace(base, combine=self.combine)
 
-    def check(self) -> None:
-        for name in ("reference_steps", "eval_every", "repeats", "sync_every"):
+    def check(self, model_cfg=None) -> None:
+        """Refuses bad settings in one line; with model_cfg, also what that model cannot train."""
+        for name in ("reference_steps", "eval_every", "sync_every"):
             if getattr(self, name) < 1:
                 raise BadInput(f"beyond: {name} must be at least 1, got {getattr(self, name)}")
+        if self.repeats < MIN_REPEATS:
+            raise BadInput(f"beyond: repeats must be at least {MIN_REPEATS} (a robust spread of the times to "
+                           f"target), got {self.repeats}")
         if self.cap_steps < max(2, self.reference_steps):
             raise BadInput(f"beyond: cap_steps must be at least reference_steps ({self.reference_steps}) and 2, "
                            f"got {self.cap_steps}")
         unknown = sorted(set(self.techniques) - set(TECHNIQUES))
         if unknown:
             raise BadInput(f"beyond: unknown technique(s) {', '.join(unknown)}; expected some of {', '.join(TECHNIQUES)}")
+        twice = sorted({t for t in self.techniques if self.techniques.count(t) > 1})
+        if twice or not self.techniques:
+            raise BadInput(f"beyond: techniques must name each of {', '.join(TECHNIQUES)} at most once, and one at "
+                           f"least; got {', '.join(self.techniques) or 'none'}")
         foreign = sorted(set(self.diloco) - set(DILOCO_OPTIONS))
         if foreign:
             raise BadInput(f"beyond: DiLoCo has no option {', '.join(foreign)}; expected some of "
                            f"{', '.join(DILOCO_OPTIONS)}")
         if "DiLoCo" in self.techniques:
             try:
-                technique_named("DiLoCo", **self.diloco_options)  # its own checks, before anything runs
+                diloco = technique_named("DiLoCo", **self.diloco_options)  # its own checks, before anything runs
+                if model_cfg is not None:
+                    diloco.fits(model_cfg)
             except BadInput as e:
                 raise BadInput(f"beyond: {e}") from None
 
@@ -188,6 +201,18 @@ def times(doc: dict, technique: str, slice_name: str) -> list[float] | None:
     return ts
 
 
+def unjudgeable(doc: dict, techniques) -> str | None:
+    """Why no comparison of these techniques can be made in this sweep at all (it did not run one of
+    them, or ran too few repeats for a spread), or None. Not a crash: nothing failed."""
+    absent = [t for t in techniques if t not in doc["settings"]["techniques"]]
+    if absent:
+        return f"{' and '.join(absent)} {'was' if len(absent) == 1 else 'were'} not among this sweep's techniques"
+    repeats = doc["settings"]["repeats"]
+    if not (isinstance(repeats, int) and repeats >= MIN_REPEATS):
+        return f"the sweep ran {repeats} repeats, fewer than the {MIN_REPEATS} a robust spread needs"
+    return None
+
+
 def spread(ts: list[float]) -> float:
     finite = [t for t in ts if math.isfinite(t)]
     return noise.spread(finite) if len(finite) == len(ts) else 0.0
@@ -205,6 +230,9 @@ def show(ts: list[float] | None) -> str:
 def _before(doc: dict, a: str, b: str, slice_name: str) -> Comparison:
     """Does a reach the target before b on the slice, beyond the repeats' spread of both?"""
     key, where = f"{a}<{b}", slice_name
+    unjudged = unjudgeable(doc, (a, b))
+    if unjudged:
+        return Comparison(key, where, NOT_SHOWN, f"{where}: time to target: not shown, {unjudged}", (), (slice_name,))
     ta, tb = times(doc, a, slice_name), times(doc, b, slice_name)
     line = f"{where}: time to target: {a} {show(ta)} vs {b} {show(tb)}"
     if ta is None or tb is None:
@@ -244,7 +272,9 @@ def crossing(points: list[tuple[float, float]]) -> tuple[str, float | None]:
 def crossover(doc: dict, a: str = "DiLoCo", b: str = "Pipeshard") -> dict | None:
     """The RTT above which a reaches the target before b: from the medians of the repeats, and its
     interval from their extremes (b's slowest against a's fastest, and the reverse). None where a
-    slice has no time for either (an error)."""
+    slice has no time for either (an error), or the sweep cannot compare them (unjudgeable)."""
+    if unjudgeable(doc, (a, b)):
+        return None
     d_mid, d_low, d_high = [], [], []
     for name, rtt in sorted(doc["rtt_ms"].items(), key=lambda kv: kv[1]):
         ta, tb = times(doc, a, name), times(doc, b, name)
@@ -305,6 +335,10 @@ def b2(doc: dict) -> Verdict:
         for other in ("Data", "Pipeshard"):
             theirs = _bytes(doc, other, name)
             key = f"DiLoCo<{other}"
+            unjudged = unjudgeable(doc, ("DiLoCo", other))
+            if unjudged:
+                v.add(Comparison(key, name, NOT_SHOWN, f"{name}: bytes per target: not shown, {unjudged}", (), (name,)))
+                continue
             if mine is None or theirs is None:
                 v.add(Comparison(key, name, NOT_SHOWN, f"{name}: bytes per target: not shown, a run did not reach "
                                  "the target, failed, or crossed no counted link", (), (name,)))

@@ -87,6 +87,10 @@ class DiLoCo(ParallelMethod):
 
     def validate(self, model_cfg: GPTConfig, shape: ClusterShape, batch: int) -> None:
         check_divisible("batch", batch, shape.n_devices * self.micro_batches, "devices x microbatches")
+        self.fits(model_cfg)
+
+    def fits(self, model_cfg: GPTConfig) -> None:
+        """Refuses a model with fewer layers than fragments, before anything is built."""
         if self.fragments > model_cfg.n_layer:
             raise BadInput(f"DiLoCo: {self.fragments} fragments of {model_cfg.name}'s {model_cfg.n_layer} layers: "
                            "a fragment needs a layer at least")
