@@ -325,3 +325,27 @@ def test_a_sweep_of_too_few_repeats_or_without_a_technique_compared_judges_nothi
 def test_settings_made_in_code_with_an_option_diloco_lacks_are_refused():
     with pytest.raises(BadInput, match="beyond: DiLoCo has no option H; expected some of outer_lr"):
         beyond.Settings(diloco={"H": 3}).check()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["settings"].pop("repeats"), "settings: expected repeats and sync_every"),
+    (lambda d: d["settings"].update(techniques="Data"), "settings: expected repeats and sync_every"),
+    (lambda d: d.update(rtt_ms={FAR: float("nan")}), "rtt_ms: expected each slice's measured RTT"),
+    (lambda d: d.update(results={}), "results: expected a list of time-to-target results"),
+    (lambda d: d["results"][2].pop("slice"), "results[2]: expected a technique, a slice of rtt_ms"),
+    (lambda d: d["results"][0].update(slice="GAT-AMST"), "results[0]: expected a technique, a slice of rtt_ms"),
+    (lambda d: d["results"][1].update(tokens=0), "results[1]: expected"),
+    (lambda d: d["results"][1].update(tokens=float("nan")), "results[1]: expected"),
+    (lambda d: d["results"][4].update(repeat=-1), "results[4]: expected"),
+    (lambda d: d["results"][5].update(status="done"), "results[5]: expected"),
+])
+def test_a_doctored_beyond_json_is_refused_in_one_line_naming_what(tmp_path, change, message):
+    """predict and select read a sweep's tokens from the file: a field not as the sweep writes it
+    is named before anything is priced, never a traceback or a factor of garbage."""
+    d = doc({FAR: {"Data": [9, 9, 9], "DiLoCo": [20, 21, 22]}}, {FAR: 20.0})
+    (tmp_path / "beyond.json").write_text(json.dumps(d))
+    assert beyond.load(tmp_path)["results"] == d["results"]  # as the sweep wrote it, it loads
+    change(d)
+    (tmp_path / "beyond.json").write_text(json.dumps(d))
+    with pytest.raises(BadInput, match=re.escape(f"--beyond-run {tmp_path / 'beyond.json'}: {message}")):
+        beyond.load(tmp_path)
