@@ -330,6 +330,17 @@ def test_a_nan_step_time_read_from_a_file_is_a_crash(tmp_path):
     assert claims.state(records.loads(line)) == "crashed"
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_trial_whose_loss_is_not_finite_is_a_crash_however_it_was_timed(bad):
+    recs = run_on([GPN], {"Pipeshard": STEPS5, "Data": [2.0] * 5, "ZeRO2": [2.0] * 5, "Shard": [9.0] * 5})
+    pipeshard = recs[0]
+    assert pipeshard["technique"] == "Pipeshard" and pipeshard["losses"]
+    pipeshard["losses"][-1] = bad
+    assert claims.state(pipeshard) == "crashed" and "not finite numbers" in claims.problem(pipeshard)
+    verdict = claims.c1_two_site(claims.Table(recs, given(GPN)))
+    assert verdict.status == "not shown" and f"Pipeshard on {GPN} vm1+vm2" in verdict.crashed
+
+
 def test_a_slice_given_with_no_records_is_not_shown_not_invisible():
     """judge() over a run of two slices, one of which has no record: its comparisons are made and
     not shown, where before the part held on the other slice alone."""

@@ -153,8 +153,10 @@ def timed(r: dict) -> list[float]:
 
 def problem(r: dict, usable_bytes: int | None = None) -> str | None:
     """Why a record is no measurement (a crash), or None. A step time that is not a positive
-    number is no measurement, nor is an out of memory that is not the paper's x
-    (records.not_the_papers_x; usable_bytes: the modelled GPU's, where it ran on a shared one)."""
+    number is no measurement, nor a step of a run whose loss is not a finite number (training
+    that diverged, or a record the suite did not write: it never writes one), nor an out of memory
+    that is not the paper's x (records.not_the_papers_x; usable_bytes: the modelled GPU's, where
+    it ran on a shared one)."""
     if r["status"] == "oom":
         return records.not_the_papers_x(r, usable_bytes)
     if r["status"] != "ok":
@@ -168,6 +170,9 @@ def problem(r: dict, usable_bytes: int | None = None) -> str | None:
     epoch = r["timing"]["epoch_time_s"]
     if not (isinstance(epoch, (int, float)) and math.isfinite(epoch) and epoch > 0):
         return f"epoch time {epoch} is not a positive number"
+    diverged = [x for x in r["losses"] if not (isinstance(x, (int, float)) and math.isfinite(x))]
+    if diverged:
+        return f"losses {diverged} are not finite numbers: no measurement of training"
     return None
 
 
