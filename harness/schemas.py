@@ -1,5 +1,6 @@
-"""The JSON Schemas of what the harness reads and writes: trial records, slice files and live
-slice inventories (<name>.schema.json beside this module). A document that does not conform is
+"""The JSON Schemas of what the harness reads and writes: trial records, slice files, live
+slice inventories, and a run folder's claims.json and similarity.json (<name>.schema.json beside
+this module). A document that does not conform is
 rejected with one line naming the file and the field."""
 import json
 import math
@@ -46,8 +47,9 @@ def problem(doc, name: str) -> str | None:
     if kind == "additionalProperties" and expected is False:
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         return f"{where + ': ' if where else ''}unknown field {extra[0]!r}"
-    if kind == "oneOf" and all("required" in s for s in expected):
-        return f"{where}: needs exactly one of the fields {' or '.join(repr(s['required'][0]) for s in expected)}"
+    if kind in ("oneOf", "anyOf") and all("required" in s for s in expected):
+        return (f"{where}: needs {'exactly ' if kind == 'oneOf' else ''}one of the fields "
+                f"{' or '.join(repr(s['required'][0]) for s in expected)}")
     described = {"type": lambda: " or ".join(TYPES[t] for t in ([expected] if isinstance(expected, str) else expected)),
                  "minimum": lambda: f">= {expected}", "exclusiveMinimum": lambda: f"> {expected}",
                  "maximum": lambda: f"<= {expected}", "exclusiveMaximum": lambda: f"< {expected}",
@@ -80,3 +82,17 @@ def check(doc, name: str, source: str) -> None:
     why = non_finite(doc) or problem(doc, name)
     if why:
         raise BadInput(f"{source}: {why}")
+
+
+def read(path, name: str, finite=()) -> dict:
+    """The JSON document at path, refused in one line naming the file and the field where it is not
+    JSON or breaks schema `name`; the top-level fields named in finite must hold finite numbers
+    only (Python's writer lets NaN and infinity through, and a schema's bounds do not catch NaN)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except ValueError as e:
+        raise BadInput(f"{path}: not JSON ({e})") from None
+    why = problem(doc, name) or next((w for key in finite if (w := non_finite(doc.get(key), (key,)))), None)
+    if why:
+        raise BadInput(f"{path}: {why}")
+    return doc

@@ -95,6 +95,62 @@ def test_the_judge_command_refuses_a_folder_that_is_no_run_in_one_line(tmp_path)
     assert broken.returncode == 2 and broken.stderr.count("\n") == 1 and "results.jsonl" in broken.stderr, broken.stderr
 
 
+def _doctor(doc: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        doc = doc[key]
+    if value is DELETE:
+        del doc[path[-1]]
+    else:
+        doc[path[-1]] = value
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("name, path, value, message", [
+    ("claims.json", None, "{oops", "claims.json: not JSON"),
+    ("claims.json", ("context",), DELETE, "claims.json: missing field 'context'"),
+    ("claims.json", ("context",), [1], "claims.json: field 'context' must be a table, got [1]"),
+    ("claims.json", ("context", "slices"), DELETE, None),  # the slice sources are enough
+    ("claims.json", ("context", "slice sources"), 3, "field 'context.slice sources' must be a list, got 3"),
+    ("claims.json", ("verdicts", 0, "comparisons"), DELETE, "claims.json: verdicts[0]: missing field 'comparisons'"),
+    ("claims.json", ("verdicts", 1, "part"), 7, "field 'verdicts[1].part' must be a string, got 7"),
+    ("similarity.json", None, "nope", "similarity.json: not JSON"),
+    ("similarity.json", ("mode",), "fancy", "field 'mode' must be one of similarity, literal, got 'fancy'"),
+    ("similarity.json", ("slices", 1, "target"), DELETE, "similarity.json: slices[1]: missing field 'target'"),
+    ("similarity.json", ("slices", 0, "model", "Data", "latency"), float("nan"),
+     "field 'slices[0].model.Data.latency' must be a finite number, got nan"),
+    ("similarity.json", ("calibration", "device_flops"), -1.0, "field 'calibration.device_flops' must be > 0, got -1.0"),
+    ("similarity.json", ("misses", 0, "ratio"), float("inf"), None),  # a ratio judging does not read: kept as written
+])
+def test_a_doctored_claims_or_links_document_is_refused_in_one_line_naming_the_field(tmp_path, name, path, value,
+                                                                                     message):
+    """judge and compare read a run's claims.json (its slices, its declared limits) and
+    similarity.json (the links some limits' mechanisms read): one not as a run writes it is named,
+    file and field, before anything is judged; never a traceback, never a NaN taken as a figure."""
+    from harness.errors import BadInput
+    from harness.experiments import compare
+
+    folder = tmp_path / "doctored"
+    shutil.copytree(resources.path("baselines", "quick-similarity"), folder)
+    if path is None:
+        (folder / name).write_text(value)
+    else:
+        doc = json.loads((folder / name).read_text())
+        _doctor(doc, path, value)
+        (folder / name).write_text(json.dumps(doc))
+    if message is None:
+        rejudge.judge(folder)
+        return
+    # compare reads the verdicts alone, as a run before the comparisons wrote them
+    readers = [rejudge.judge] + ([compare.load] if name == "claims.json" and path and path[0] != "context"
+                                 and path[-1] != "comparisons" else [])
+    for read in readers:
+        with pytest.raises(BadInput, match=re.escape(message)) as e:
+            read(folder)
+        assert "\n" not in str(e.value) and str(e.value).startswith(str(folder / name))
+
+
 def test_a_run_that_cast_no_shard_the_suite_knows_is_refused_in_one_line(tmp_path):
     """judge prices Shard as the run cast it (claims.json's context): a context naming another
     technique, Data say, would price Data's wire as Shard's."""

@@ -10,9 +10,9 @@ excuses. Reported but not counted: a part or comparison that slips from holds to
 (nothing went against the paper beyond the noise, and such results flip between runs of the same
 code), and one that becomes contradicted within a declared limit.
 """
-import json
 from pathlib import Path
 
+from harness import schemas
 from harness.experiments import report
 from harness.paper import claims
 from harness.runs import records
@@ -39,7 +39,7 @@ def load(run: Path) -> tuple[dict, dict, dict]:
     timed = {key(r): r for r in records.read(run / "results.jsonl")
              if "compile only" not in (r["memory"]["source"] or "")}
     verdicts_file = run / "claims.json"
-    verdicts = json.loads(verdicts_file.read_text())["verdicts"] if verdicts_file.is_file() else []
+    verdicts = schemas.read(verdicts_file, "claims")["verdicts"] if verdicts_file.is_file() else []
     parts = {v["part"]: report.outcome(v) for v in verdicts}
     comparisons = {c["id"]: _comparison_outcome(c) for v in verdicts for c in v.get("comparisons", []) if "id" in c}
     return timed, parts, comparisons

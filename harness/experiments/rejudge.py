@@ -8,6 +8,7 @@ analyses), claims.json (the slices, and which declared limits the backend had), 
 import json
 from pathlib import Path
 
+from harness import schemas
 from harness.analysis import similarity
 from harness.core.config import Technique
 from harness.errors import BadInput
@@ -22,6 +23,26 @@ from harness.techniques import contract
 def is_memory(r: dict) -> bool:
     """A compile-only memory analysis, not a timed trial."""
     return "compile only" in (r["memory"]["source"] or "")
+
+
+def claims_doc(folder: Path) -> dict:
+    """claims.json, with what judging reads: the context, and each verdict's comparisons."""
+    path = folder / "claims.json"
+    doc = schemas.read(path, "claims")
+    if "context" not in doc:
+        raise BadInput(f"{path}: missing field 'context' (the run's slices and declared limits are read from it)")
+    old = next((i for i, v in enumerate(doc["verdicts"]) if "comparisons" not in v), None)
+    if old is not None:
+        raise BadInput(f"{path}: verdicts[{old}]: missing field 'comparisons' (a run written before comparisons "
+                       "had IDs cannot be judged again)")
+    return doc
+
+
+def links_doc(folder: Path) -> dict | None:
+    """similarity.json, or None where the run wrote none. The parts judging reads as numbers must
+    be finite; elsewhere the writer keeps infinities (a ratio to a group of nothing)."""
+    path = folder / "similarity.json"
+    return schemas.read(path, "links", finite=("slices", "calibration", "tolerance")) if path.is_file() else None
 
 
 def run_slices(context: dict) -> list:
@@ -43,9 +64,8 @@ def judge(folder: Path) -> list[claims.Verdict]:
     recs = records.read(results_file(folder))
     trials = [r for r in recs if not is_memory(r)]
     memory = [r for r in recs if is_memory(r)]
-    context = json.loads((folder / "claims.json").read_text())["context"]
-    links_file = folder / "similarity.json"
-    links = json.loads(links_file.read_text()) if links_file.is_file() else None
+    context = claims_doc(folder)["context"]
+    links = links_doc(folder)
     run = limits.Run(trials, memory, links)
     given = run_slices(context)
     shard = context.get("Shard played by", Technique.SHARD)
@@ -66,10 +86,9 @@ def judge(folder: Path) -> list[claims.Verdict]:
 def judge_links(folder: Path) -> dict | None:
     """The folder's links document (similarity.json) with its groups beyond the tolerance judged
     again against the declared limits of similarity scaling; None where the run wrote none."""
-    folder = Path(folder)
-    if not (folder / "similarity.json").is_file():
+    doc = links_doc(Path(folder))
+    if doc is None:
         return None
-    doc = json.loads((folder / "similarity.json").read_text())
     trials = [r for r in records.read(results_file(folder)) if not is_memory(r)]
     misses = similarity.misses(doc, doc.get("tolerance", similarity.TOLERANCE))
     return {**doc, "misses": limits.judge_misses(misses, deviations.SIMILARITY_GROUPS, limits.Run(trials, [], doc))}
@@ -80,7 +99,7 @@ def write(folder: Path, verdicts: list[claims.Verdict]) -> None:
     today's judgement of its records (the same measurements: a baseline refreshed after a change
     to the judging, not to the trials)."""
     folder = Path(folder)
-    doc = json.loads((folder / "claims.json").read_text())
+    doc = claims_doc(folder)
     recs = records.read(results_file(folder))
     dicts = [v.to_dict() for v in verdicts]
     (folder / "claims.json").write_text(json.dumps({"context": doc["context"], "verdicts": dicts}, indent=1))
@@ -97,7 +116,7 @@ def differences(folder: Path) -> list[str]:
     """Where the folder's claims.json says other than today's judgement of its records: per part,
     its outcome and, per comparison ID, its status and whether a limit excused it."""
     folder = Path(folder)
-    recorded = {v["part"]: v for v in json.loads((folder / "claims.json").read_text())["verdicts"]}
+    recorded = {v["part"]: v for v in claims_doc(folder)["verdicts"]}
     now = {v.part: v.to_dict() for v in judge(folder)}
     out = []
     for part, was in recorded.items():
@@ -117,7 +136,7 @@ def differences(folder: Path) -> list[str]:
             return {(m.get("slice"), m.get("technique"), m.get("group")): (m.get("excuse") or {}).get("reason")
                     for m in misses}
 
-        before = by_group(json.loads((folder / "similarity.json").read_text()).get("misses", []))
+        before = by_group(links_doc(folder).get("misses", []))
         after = by_group(links["misses"])
         for key in sorted(set(before) | set(after), key=str):
             if key not in after:
