@@ -163,9 +163,8 @@ def test_a_forked_helper_that_is_terminated_does_not_tear_down_the_command(tmp_p
     marker = tmp_path / "torn-down"
     script = f"""
 import os, signal, time
-from harness.commands import cli
-for sig in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(sig, cli._interrupt_in(os.getpid()))
+from harness import interrupts
+interrupts.tear_down_on(signal.SIGTERM, signal.SIGINT)
 child = os.fork()
 if child == 0:
     try:

@@ -6,11 +6,10 @@ only line); progress and logs go to stderr. Bad input ends the command with one 
 """
 import argparse
 import json
-import os
 import signal
 import sys
 
-from harness import __version__
+from harness import __version__, interrupts
 from harness.commands import NAMES, command
 from harness.errors import BadInput
 
@@ -33,22 +32,9 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _interrupt_in(owner: int):
-    """SIGTERM and Ctrl-C tear down (namespaces, Ray nodes, workers) in the command's own process.
-    A process forked from it without exec (pyroute2 forks one to open a namespace's socket, then
-    terminates it) inherits the handler and the whole stack: raising there would run the
-    teardown a second time, and delete the namespaces the command is still using."""
-    def handler(signum, frame):
-        if os.getpid() != owner:
-            os._exit(128 + signum)
-        raise KeyboardInterrupt
-    return handler
-
-
 def main(argv=None) -> int:
     args = parser(argv).parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _interrupt_in(os.getpid()))
+    interrupts.tear_down_on(signal.SIGTERM, signal.SIGINT)
     try:
         status, result = command(args.command).run(args)
     except BadInput as e:

@@ -4,9 +4,11 @@ the claims_backend marker, the trial parametrization and the fixtures (`claims_l
 It imports nothing heavy at load time: pytest loads it before any conftest, and a conftest may
 still have to configure JAX (the number of CPU devices) before JAX is imported."""
 import dataclasses
+import signal
 
 import pytest
 
+from harness import interrupts
 from harness.errors import BadInput
 from harness.suite import options
 from harness.suite.backends import MARKER, REGISTRY, backend, live_slice, registered_of  # noqa: F401 - fixtures
@@ -18,6 +20,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # A CI job cancelled, `timeout` or `kill` sends SIGTERM: the session then tears down its
+    # slices, clusters and workers as on Ctrl-C, where Python's default would leave them running.
+    interrupts.tear_down_on(signal.SIGTERM, replace=False)
     config.addinivalue_line("markers", f"{MARKER}(name): the backend a claims test module runs its trials on: "
                                        + "; ".join(f"{b.name}, {b.about}" for b in REGISTRY.values()))
     # Bad options stop the session in one line, before any test is collected.
