@@ -60,7 +60,7 @@ def problem(doc, name: str) -> str | None:
                  "pattern": lambda: f"of the form {error.schema.get('description', expected)}"}.get(kind)
     if described is None:
         return f"field {where!r}: {error.message}"
-    return f"field {where!r} must be {described()}, got {shown(error.instance)}"
+    return f"{f'field {where!r}' if where else 'the document'} must be {described()}, got {shown(error.instance)}"
 
 
 def shown(value, width: int = 60) -> str:

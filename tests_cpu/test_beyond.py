@@ -328,16 +328,18 @@ def test_settings_made_in_code_with_an_option_diloco_lacks_are_refused():
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda d: d["settings"].pop("repeats"), "settings: expected repeats and sync_every"),
-    (lambda d: d["settings"].update(techniques="Data"), "settings: expected repeats and sync_every"),
-    (lambda d: d.update(rtt_ms={FAR: float("nan")}), "rtt_ms: expected each slice's measured RTT"),
-    (lambda d: d.update(results={}), "results: expected a list of time-to-target results"),
-    (lambda d: d["results"][2].pop("slice"), "results[2]: expected a technique, a slice of rtt_ms"),
-    (lambda d: d["results"][0].update(slice="GAT-AMST"), "results[0]: expected a technique, a slice of rtt_ms"),
-    (lambda d: d["results"][1].update(tokens=0), "results[1]: expected"),
-    (lambda d: d["results"][1].update(tokens=float("nan")), "results[1]: expected"),
-    (lambda d: d["results"][4].update(repeat=-1), "results[4]: expected"),
-    (lambda d: d["results"][5].update(status="done"), "results[5]: expected"),
+    (lambda d: d["settings"].pop("repeats"), "settings: missing field 'repeats'"),
+    (lambda d: d["settings"].update(techniques="Data"), "field 'settings.techniques' must be a list, got 'Data'"),
+    (lambda d: d.update(rtt_ms={FAR: float("nan")}), f"field 'rtt_ms.{FAR}' must be a finite number, got nan"),
+    (lambda d: d.update(results={}), "field 'results' must be a list, got {}"),
+    (lambda d: d["results"][2].pop("slice"), "results[2]: missing field 'slice'"),
+    (lambda d: d["results"][0].update(slice="GAT-AMST"),
+     f"field 'results[0].slice' must be a slice of rtt_ms ({FAR}), got 'GAT-AMST'"),
+    (lambda d: d["results"][1].update(tokens=0), "field 'results[1].tokens' must be >= 1, got 0"),
+    (lambda d: d["results"][1].update(tokens=float("nan")), "field 'results[1].tokens' must be an integer, got nan"),
+    (lambda d: d["results"][4].update(repeat=-1), "field 'results[4].repeat' must be >= 0, got -1"),
+    (lambda d: d["results"][5].update(status="done"), "field 'results[5].status' must be one of reached, not reached"),
+    (lambda d: (d.clear(), d.update(x=1)), "missing field 'settings'"),
 ])
 def test_a_doctored_beyond_json_is_refused_in_one_line_naming_what(tmp_path, change, message):
     """predict and select read a sweep's tokens from the file: a field not as the sweep writes it

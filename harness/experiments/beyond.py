@@ -23,6 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import schemas
 from harness.errors import BadInput
 from harness.experiments.time_to_loss import HELD_OUT, ToTarget, target_loss, to_target
 from harness.paper.claims import CONTRADICTED, HOLDS, NOISE, NOT_SHOWN, Comparison, Verdict, compare_times
@@ -366,42 +367,15 @@ def load(folder) -> dict:
     if not path.is_file():
         raise BadInput(f"--beyond-run {folder}: no beyond.json there (expected a run folder of reproduce --beyond)")
     try:
-        doc = json.loads(path.read_text())
-    except ValueError as e:
-        raise BadInput(f"--beyond-run {path}: not JSON ({e})") from None
-    missing = [k for k in ("results", "rtt_ms", "settings") if not isinstance(doc, dict) or k not in doc]
-    if missing:
-        raise BadInput(f"--beyond-run {path}: not a sweep's beyond.json (no {', '.join(missing)})")
-    problem = _malformed(doc)
-    if problem:
-        raise BadInput(f"--beyond-run {path}: {problem}")
+        doc = schemas.read(path, "beyond", finite=("rtt_ms",))
+    except BadInput as e:
+        raise BadInput(f"--beyond-run {e}") from None
+    # What a schema cannot say: each result's slice is one the sweep measured an RTT on.
+    stray = next((i for i, r in enumerate(doc["results"]) if r["slice"] not in doc["rtt_ms"]), None)
+    if stray is not None:
+        raise BadInput(f"--beyond-run {path}: field 'results[{stray}].slice' must be a slice of rtt_ms "
+                       f"({', '.join(doc['rtt_ms']) or 'none'}), got {doc['results'][stray]['slice']!r}")
     return doc
-
-
-def _count(x, least: int = 0) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= least
-
-
-def _malformed(doc: dict) -> str | None:
-    """What in a beyond.json is not as a sweep writes it (the fields predict and select read), or
-    None. A run that failed or is there twice is a well-formed result: the judging handles it."""
-    s = doc["settings"]
-    if not (isinstance(s, dict) and _count(s.get("repeats"), 1) and _count(s.get("sync_every"), 1)
-            and isinstance(s.get("techniques"), list) and isinstance(s.get("diloco", {}), dict)):
-        return "settings: expected repeats and sync_every (positive integers), techniques (a list) and diloco (a table)"
-    rtts = doc["rtt_ms"]
-    if not (isinstance(rtts, dict) and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
-                                           for v in rtts.values())):
-        return "rtt_ms: expected each slice's measured RTT, a number of milliseconds >= 0"
-    if not isinstance(doc["results"], list):
-        return "results: expected a list of time-to-target results"
-    for i, r in enumerate(doc["results"]):
-        if not (isinstance(r, dict) and isinstance(r.get("technique"), str) and r.get("slice") in rtts
-                and isinstance(r.get("vms"), str) and r.get("status") in ("reached", "not reached", "error")
-                and _count(r.get("repeat")) and _count(r.get("tokens"), 1 if r.get("status") == "reached" else 0)):
-            return (f"results[{i}]: expected a technique, a slice of rtt_ms, vms, a status (reached, not reached or "
-                    "error), a repeat (an integer >= 0) and the tokens trained (an integer, positive where reached)")
-    return None
 
 
 def measured_factor(folder) -> dict:
