@@ -115,6 +115,9 @@ DELETE = object()
     ("claims.json", ("context", "slice sources"), 3, "field 'context.slice sources' must be a list, got 3"),
     ("claims.json", ("verdicts", 0, "comparisons"), DELETE, "claims.json: verdicts[0]: missing field 'comparisons'"),
     ("claims.json", ("verdicts", 1, "part"), 7, "field 'verdicts[1].part' must be a string, got 7"),
+    ("claims.json", ("verdicts", 2, "status"), DELETE, None),  # the outcome is enough
+    ("claims.json", ("verdicts", 3, "comparisons", 0, "status"), DELETE,
+     "claims.json: verdicts[3].comparisons[0]: missing field 'status'"),
     ("similarity.json", None, "nope", "similarity.json: not JSON"),
     ("similarity.json", ("mode",), "fancy", "field 'mode' must be one of similarity, literal, got 'fancy'"),
     ("similarity.json", ("slices", 1, "target"), DELETE, "similarity.json: slices[1]: missing field 'target'"),
