@@ -56,6 +56,98 @@ def test_similarity_groups_are_compared_by_slice_technique_and_group_not_by_posi
     assert any(d.startswith(said) for d in rejudge.differences(folder)), rejudge.differences(folder)
 
 
+def _copy(tmp_path, name="quick-similarity") -> Path:
+    folder = tmp_path / name
+    shutil.copytree(resources.path("baselines", name), folder)
+    return folder
+
+
+def _said(verdicts) -> list:
+    """Each part's outcome and each comparison's status and excuse, as judging gives them."""
+    return [(v["part"], v["outcome"], [(c["id"], c["status"], c["excuse"]) for c in v["comparisons"]])
+            for v in (v.to_dict() for v in verdicts)]
+
+
+def test_a_doctored_links_figure_moves_no_verdict_and_is_named(tmp_path):
+    """similarity.json's groups are what C1.single-site's declared limit reads: read as written, a
+    Pipeshard whose overheads were written down to nothing on TACC-TACC would leave its
+    contradictions there unexcused, and a tolerance written up would hide every group beyond it.
+    judge works them out from the records instead, so nothing moves, and names each figure."""
+    folder = _copy(tmp_path)
+    before = _said(rejudge.judge(folder))
+    assert any(part == "C1.single-site" and any(excuse and excuse["excused"] for _, _, excuse in cs)
+               for part, _, cs in before), "the baseline has C1.single-site excused, which the doctoring would undo"
+    doc = json.loads((folder / "similarity.json").read_text())
+    tacc = next(s for s in doc["slices"] if s["slice"] == "TACC-TACC")
+    tacc["model"]["Pipeshard"] = {"latency": 1e-4, "bandwidth": 1e-4, "bubble": 1e-4}
+    doc["tolerance"] = 100.0
+    (folder / "similarity.json").write_text(json.dumps(doc))
+    assert _said(rejudge.judge(folder)) == before
+    apart = rejudge.differences(folder)
+    assert "similarity.json: tolerance is 100, the records give 2" in apart, apart
+    assert any(d.startswith("similarity.json: slices[TACC-TACC].model.Pipeshard.bandwidth is 0.0001, the records give ")
+               for d in apart), apart
+    assert not any(d.startswith("similarity ") and "within the tolerance" in d for d in apart), apart
+
+
+def _calibration(folder: Path, doctor) -> None:
+    path = folder / "calibration.jsonl"
+    recs = records.read(path)
+    doctor(recs)
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+
+
+def _fail(recs, i):
+    recs[i]["status"], recs[i]["reason"] = "error", "doctored"
+
+
+@pytest.mark.parametrize("doctor, message", [
+    (lambda recs: recs.clear(), "ValueError a run on similarity-scaled links has at least 4 calibration trials, got 0"),
+    (lambda recs: recs.extend([recs[-1], recs[-1]]),
+     "calibration trial 7 (Data on 2 VMs of UTAH-GPN, ok): a run refines only a two-site slice's link, at most 2 times"),
+    (lambda recs: recs.append(recs[0]),
+     "calibration trial 6 (Data on 1 VMs of TACC-TACC, ok): a run refines only a two-site slice's link"),
+    (lambda recs: recs.insert(1, recs.pop(2)),
+     "calibration trial 2 (Shard on 2 VMs of TACC-TACC, ok): a run's is ZeRO2 on 2 VMs of TACC-TACC, ok"),
+    (lambda recs: _fail(recs, 3), "calibration trial 4 (Data on 2 VMs of TACC-TACC, error): a run's is Data on 2 VMs"),
+], ids=["none", "a-third-refinement", "a-single-site-refined", "reordered", "one-failed"])
+def test_calibration_trials_no_run_makes_are_refused_in_one_line(tmp_path, doctor, message):
+    """The links of a run on similarity-scaled links are worked out from its calibration trials:
+    trials that are not those a run makes, in its order (calibration.apply), are refused, naming
+    the trial, before anything is judged."""
+    from harness.errors import BadInput
+
+    folder = _copy(tmp_path)
+    _calibration(folder, doctor)
+    with pytest.raises(BadInput, match=re.escape(message)) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value) and "cannot be worked out from results.jsonl and calibration.jsonl" in str(e.value)
+
+
+def test_a_budget_not_as_a_run_prints_it_is_refused_in_one_line(tmp_path):
+    """The trial budget (claims.json's context) sets the scale model the links are worked out for;
+    it is read as the literal a run prints, never evaluated."""
+    from harness.errors import BadInput
+
+    folder = _copy(tmp_path)
+    doc = json.loads((folder / "claims.json").read_text())
+    doc["context"]["trial budget"] = "Budget(model=__import__('os').getcwd())"
+    (folder / "claims.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=re.escape("claims.json: context 'trial budget' is \"Budget(model=__import__('os')"
+                                                 ".getcwd())\"; expected Budget(model=..., batch_per_gpu=...")) as e:
+        rejudge.judge(folder)
+    assert "cannot be worked out" not in str(e.value)
+
+
+def test_a_run_whose_links_document_is_gone_has_no_limit_that_reads_it(tmp_path):
+    """A similarity.json removed takes away what C1.single-site's limit reads: the limit no longer
+    excuses, never more."""
+    folder = _copy(tmp_path)
+    (folder / "similarity.json").unlink()
+    after = {part: cs for part, _, cs in _said(rejudge.judge(folder))}
+    assert not any(excuse and excuse["excused"] for _, _, excuse in after["C1.single-site"])
+
+
 def test_the_baselines_are_those_the_docs_name_and_their_recipe_makes():
     named = set(re.findall(r"harness/resources/baselines/([\w-]+)", "".join(p.read_text() for p in [README, *DOCS])))
     assert named == {p.name for p in BASELINES}, named

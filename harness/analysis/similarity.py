@@ -143,7 +143,17 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
              min(max(math.log(net.link_bytes_per_s), bounds[1][0]), bounds[1][1])]
     best = scipy.optimize.minimize(error, start, method="Powell", bounds=bounds, options={"xtol": 1e-3})
     at, link = model_at(best.x)
-    return Scaled(sl.name, sl.rtt_ms, at.rtt_ms, link.link_bytes_per_s, target,
+    return on_link(sl, paper_cfg, paper_setup, cfg, setup, net, devices, at.rtt_ms, link.link_bytes_per_s, techniques)
+
+
+def on_link(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, setup: Setup, net: Network,
+            devices: costmodel.Devices, rtt_ms: float, link_bytes_per_s: float, techniques=tuple(Technique)) -> Scaled:
+    """The groups of `cfg` with `setup` on `devices` and `net` at the link of `rtt_ms` and
+    `link_bytes_per_s` (and on the slice's own link), beside `paper_cfg`'s on `sl`: what `scale`
+    reports of the link it picks, and what a finished run's records give of the link it ran on."""
+    at = sl.with_rtt(rtt_ms)
+    link = replace(net, link_bytes_per_s=link_bytes_per_s)
+    return Scaled(sl.name, sl.rtt_ms, at.rtt_ms, link_bytes_per_s, {t: groups(t, sl, paper_cfg, paper_setup) for t in techniques},
                   {t: groups(t, at, cfg, setup, link, devices) for t in techniques},
                   {t: groups(t, sl, cfg, setup, net, devices) for t in techniques})
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from harness.analysis import costmodel, costmodel_check, similarity
 from harness.analysis.netmodel import TCP_ADV_WIN_SCALE, Network
 from harness.core import flops
-from harness.core.config import Setup, Technique, model_config
+from harness.core.config import GPTConfig, Setup, Technique, compute_dtype, model_config
 from harness.errors import BadInput
 from harness.platform.slices import Slice
-from harness.runs.trials import Runner, Trial
+from harness.runs.trials import ALL_VMS, Runner, Trial
 
 LITERAL, SIMILARITY = "literal", "similarity"
 MODES = (SIMILARITY, LITERAL)
@@ -93,10 +93,39 @@ def calibration_trials(sl: Slice) -> list[tuple[Slice, Trial]]:
             (sl.with_rtt(CALIBRATION_RTT_MS), Trial.on(sl, Technique.DATA))]
 
 
-def scale_setup(runner: Runner) -> Setup:
-    """The scale model's trials as the cost model describes them."""
-    return Setup(batch_per_gpu=runner.budget.batch_per_gpu, micro_batches=runner.budget.micro_batches,
-                 precision=runner.model_cfg.dtype, seq_len=runner.model_cfg.n_positions)
+@dataclass(frozen=True)
+class ScaleModel:
+    """The run's trials as the cost model describes them: the scale model, its setup, whether each
+    gradient tensor crossed as a collective of its own, and each slice's VMs' shares of their
+    cores (harness.backends.emulation.compute). Made from the runner as a run goes, or from the
+    run's records when it is judged again (harness.experiments.rejudge)."""
+    cfg: GPTConfig
+    setup: Setup
+    per_tensor: bool
+    shares: dict  # slice name -> {vm: share}; a VM not named computes at full speed
+
+    @classmethod
+    def of_runner(cls, runner: Runner) -> "ScaleModel":
+        b = runner.budget
+        return cls(runner.model_cfg, Setup(batch_per_gpu=b.batch_per_gpu, micro_batches=b.micro_batches,
+                                           precision=runner.model_cfg.dtype, seq_len=runner.model_cfg.n_positions),
+                   not b.combine, {name: runner.compute_shares(name) for name in runner.paper_slices})
+
+    @classmethod
+    def of_records(cls, trials: list[dict], budget: dict) -> "ScaleModel":
+        """From the run's trial records and its budget's fields (claims.json's context)."""
+        shares = {}
+        for r in trials:
+            shares.setdefault(r["cluster"]["slice"], {}).update(r["cluster"].get("compute_shares") or {})
+        cfg = dataclasses.replace(model_config(budget["model"]), dtype=compute_dtype(budget["precision"]))
+        return cls(cfg, Setup(batch_per_gpu=budget["batch_per_gpu"], micro_batches=budget["micro_batches"],
+                              precision=cfg.dtype, seq_len=cfg.n_positions), not budget["combine"], shares)
+
+    def devices(self, sl: Slice, device_flops: float) -> costmodel.Devices:
+        """The slice's VMs, each computing at device_flops times its share, as the run's VMs do."""
+        shares = self.shares.get(sl.name, {})
+        return costmodel.Devices(tuple(device_flops * shares.get(vm.name, 1.0) for vm in sl.vms),
+                                 (1e15,) * len(sl.vms), sl.gpus_per_vm)
 
 
 def literal_link(sl: Slice) -> dict:
@@ -130,10 +159,11 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
               for r in recs if r["status"] != "ok"]
     if failed:
         raise CalibrationFailed("a calibration trial failed, so no link can be scaled: " + "; ".join(failed))
-    scaling = from_records(runner, recs, SIMILARITY)
+    model = ScaleModel.of_runner(runner)
+    scaling = from_records(model, recs, runner.paper_slices, SIMILARITY, getattr(runner.cluster, "tcp_buffer_bytes", None))
     net, device_flops = scaling.network, scaling.calibration["device_flops"]
     for i, sl in enumerate(runner.paper_slices.values()):
-        s = scaling.scaled[i]
+        s, here = scaling.scaled[i], net
         for _ in range(REFINE_ROUNDS if sl.rtt_ms >= TWO_SITE_MS else 0):
             runner.set_slice(scaled_slice(sl, s, net.link_bytes_per_s))
             record = runner.measure(Trial.on(sl, Technique.DATA), keep)
@@ -141,13 +171,13 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
                 raise CalibrationFailed(f"Data on {sl.name}'s scaled link failed, so it cannot be refined: "
                                         f"{record['status']} ({record['reason']})")
             here = costmodel_check.fit_window(net, device_flops, record, runner.paper_slices)
-            before, s = s, scale_one(runner, sl, here, device_flops)
+            before, s = s, scale_one(model, sl, here, device_flops)
             scaling.calibration["from_trials"].append(costmodel_check.label(record))
             scaling.calibration["window_bytes_on"][sl.name] = here.window_bytes
             if abs(s.rtt_ms / before.rtt_ms - 1) < SETTLED:
                 break
-        scaling.scaled[i] = s
         at = scaled_slice(sl, s, net.link_bytes_per_s)
+        scaling.scaled[i] = ran_on(model, sl, here, device_flops, at.rtt_ms, at.bandwidth_gbps)
         runner.set_slice(at)
         runner.scaling[sl.name] = {"mode": SIMILARITY, "paper_rtt_ms": sl.rtt_ms,
                                    "paper_bandwidth_gbps": sl.bandwidth_gbps, "rtt_ms": at.rtt_ms,
@@ -156,26 +186,104 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
     return scaling
 
 
-def scale_one(runner: Runner, sl: Slice, net, device_flops: float) -> similarity.Scaled:
-    """The link on which the scale model has sl's groups; its VMs compute at device_flops times
-    their GPUs' shares, as the run's VMs do (harness.backends.emulation.compute)."""
-    shares = runner.compute_shares(sl.name)
-    devices = costmodel.Devices(tuple(device_flops * shares.get(vm.name, 1.0) for vm in sl.vms),
-                                (1e15,) * len(sl.vms), sl.gpus_per_vm)
-    return similarity.scale(sl, model_config(PAPER_MODEL), Setup(), runner.model_cfg, scale_setup(runner), net,
-                            devices, rtt_ms=RTT_BOUNDS_MS, rate=(LOWEST_RATE, net.link_bytes_per_s))
+def scale_one(model: ScaleModel, sl: Slice, net, device_flops: float) -> similarity.Scaled:
+    """The link on which the scale model has sl's groups."""
+    return similarity.scale(sl, model_config(PAPER_MODEL), Setup(), model.cfg, model.setup, net,
+                            model.devices(sl, device_flops), rtt_ms=RTT_BOUNDS_MS, rate=(LOWEST_RATE, net.link_bytes_per_s))
 
 
-def from_records(runner: Runner, recs: list[dict], mode: str) -> Scaling:
-    """The links similarity scaling gives the runner's slices, from the cost model calibrated on
-    recs (the calibration trials, or a literal run's own: costmodel_check.calibrate picks the same
-    four), in one pass: with the window measured at one RTT."""
-    net, device_flops, used = costmodel_check.calibrate(recs, runner.paper_slices,
-                                                        per_tensor=not runner.budget.combine)
-    scaled = [scale_one(runner, sl, net, device_flops) for sl in runner.paper_slices.values()]
-    calibration = {"device_flops": device_flops, "per_collective_s": net.per_collective_s,
-                   "tcp_buffer_bytes": getattr(runner.cluster, "tcp_buffer_bytes", None),
-                   "window_bytes": net.window_bytes, "link_bytes_per_s": net.link_bytes_per_s,
-                   "per_tensor": net.per_tensor, "from_trials": used,
-                   "window_bytes_on": {}}  # slice -> the window refit on its scaled link
-    return Scaling(mode, scaled, calibration, net)
+def ran_on(model: ScaleModel, sl: Slice, net, device_flops: float, rtt_ms: float,
+           bandwidth_gbps: float | None) -> similarity.Scaled:
+    """The groups on the link the trials ran on: its RTT, and its rate where it was shaped; a link
+    left unshaped (scaled_slice) carried its own rate, as calibrated (net), not the one the solver
+    came near."""
+    rate = bandwidth_gbps * 1e9 / 8 if bandwidth_gbps else net.link_bytes_per_s
+    return similarity.on_link(sl, model_config(PAPER_MODEL), Setup(), model.cfg, model.setup, net,
+                              model.devices(sl, device_flops), rtt_ms, rate)
+
+
+def from_records(model: ScaleModel, recs: list[dict], paper_slices: dict[str, Slice], mode: str,
+                 tcp_buffer_bytes: int | None = None) -> Scaling:
+    """The links similarity scaling gives the slices, from the cost model calibrated on recs (the
+    calibration trials, or a literal run's own: costmodel_check.calibrate picks the same four), in
+    one pass: with the window measured at one RTT."""
+    net, device_flops, used = costmodel_check.calibrate(recs, paper_slices, per_tensor=model.per_tensor)
+    scaled = [scale_one(model, sl, net, device_flops) for sl in paper_slices.values()]
+    return Scaling(mode, scaled, _figures(net, device_flops, used, tcp_buffer_bytes), net)
+
+
+def _figures(net: Network, device_flops: float, used: list[str], tcp_buffer_bytes: int | None) -> dict:
+    """The links document's calibration: the cost model's figures and the trials they came from."""
+    return {"device_flops": device_flops, "per_collective_s": net.per_collective_s,
+            "tcp_buffer_bytes": tcp_buffer_bytes, "window_bytes": net.window_bytes,
+            "link_bytes_per_s": net.link_bytes_per_s, "per_tensor": net.per_tensor, "from_trials": used,
+            "window_bytes_on": {}}  # slice -> the window refit on its scaled link
+
+
+def check_calibration(recs: list[dict], paper_slices: dict[str, Slice]) -> None:
+    """Raises ValueError, naming the record, unless recs are the calibration trials as apply runs
+    them: the four of calibration_trials on the first slice, then at most REFINE_ROUNDS of Data on
+    all VMs per two-site slice, every one of them ok."""
+    base = next(iter(paper_slices.values()))
+    planned = calibration_trials(base)
+    if len(recs) < len(planned):
+        raise ValueError(f"a run on similarity-scaled links has at least {len(planned)} calibration trials, got {len(recs)}")
+    refined: dict[str, int] = {}
+    for i, r in enumerate(recs):
+        c = r["cluster"]
+        where = f"calibration trial {i + 1} ({r['technique']} on {c['hosts']} VMs of {c['slice']}, {r['status']})"
+        if i < len(planned):
+            _, trial = planned[i]
+            want = (trial.technique, len(base.vms) if trial.vms == ALL_VMS else 1, base.name)
+        else:
+            n = refined[c["slice"]] = refined.get(c["slice"], 0) + 1
+            sl = paper_slices.get(c["slice"])
+            if sl is None or sl.rtt_ms < TWO_SITE_MS or n > REFINE_ROUNDS:
+                raise ValueError(f"{where}: a run refines only a two-site slice's link, at most {REFINE_ROUNDS} times")
+            want = (Technique.DATA, len(base.vms), c["slice"])
+        if (r["technique"], c["hosts"], c["slice"]) != want or r["status"] != "ok":
+            raise ValueError(f"{where}: a run's is {want[0]} on {want[1]} VMs of {want[2]}, ok")
+
+
+def from_run(model: ScaleModel, trials: list[dict], calibration_recs: list[dict],
+             paper_slices: dict[str, Slice]) -> Scaling | None:
+    """A finished run's links document worked out again from its records alone: what a declared
+    limit's mechanism reads when the run is judged again, so that no figure of it rests on a
+    similarity.json that its records do not give. None for a run whose trials name no scaled or
+    literal emulated link (a GPU or a live slice).
+
+    On literal links, as the run worked it out (from_records on its trials). On similarity-scaled
+    links, the cost model calibrated on the first calibration trials, each two-site slice's window
+    refit on the last of its refining trials (apply), and each slice's groups on the link its trials
+    ran on, as their records give it: its RTT, and its rate where the link was shaped (else the
+    link's own, as calibrated). Raises ValueError where the records cannot give them."""
+    links = {}  # slice -> the scaling its trials' records name
+    for r in trials:
+        scaling = r["cluster"]["network"].get("scaling")
+        if scaling:
+            if links.setdefault(r["cluster"]["slice"], scaling) != scaling:
+                raise ValueError(f"the trials on {r['cluster']['slice']} name different links: "
+                                 f"{links[r['cluster']['slice']]} and {scaling}")
+    if not links:
+        return None
+    modes = {s["mode"] for s in links.values()}
+    if len(modes) > 1 or set(links) != set(paper_slices):
+        raise ValueError(f"expected every slice's trials on one kind of link, got {sorted(modes)} "
+                         f"on {sorted(links)} of {sorted(paper_slices)}")
+    (mode,) = modes
+    buffers = next(iter(links.values())).get("tcp_buffer_bytes")
+    if mode == LITERAL:
+        return from_records(model, trials, paper_slices, LITERAL, buffers)
+    first = len(calibration_trials(next(iter(paper_slices.values()))))
+    check_calibration(calibration_recs, paper_slices)
+    net, device_flops, used = costmodel_check.calibrate(calibration_recs[:first], paper_slices, per_tensor=model.per_tensor)
+    calibration = _figures(net, device_flops, used, buffers)
+    scaled = []
+    for sl in paper_slices.values():
+        here, refined = net, [r for r in calibration_recs[first:] if r["cluster"]["slice"] == sl.name]
+        if refined:
+            here = costmodel_check.fit_window(net, device_flops, refined[-1], paper_slices)
+            calibration["from_trials"] += [costmodel_check.label(r) for r in refined]
+            calibration["window_bytes_on"][sl.name] = here.window_bytes
+        scaled.append(ran_on(model, sl, here, device_flops, links[sl.name]["rtt_ms"], links[sl.name].get("bandwidth_gbps")))
+    return Scaling(SIMILARITY, scaled, calibration, net)

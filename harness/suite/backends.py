@@ -61,7 +61,9 @@ class Backend:
         if self.scaling.mode == calibration.SIMILARITY:
             return self.scaling.to_dict()
         if self._literal is None:
-            self._literal = calibration.from_records(self.runner, recs, calibration.LITERAL)
+            self._literal = calibration.from_records(calibration.ScaleModel.of_runner(self.runner), recs,
+                                                     self.runner.paper_slices, calibration.LITERAL,
+                                                     getattr(self.runner.cluster, "tcp_buffer_bytes", None))
         return self._literal.to_dict()
 
 

@@ -14,6 +14,7 @@ What this backend cannot show is declared in deviations.py as limits (harness.pa
 contradiction they cover is an expected failure only within the limit's bound and where this run
 shows its mechanism, with the reason built from this run; otherwise it fails.
 """
+import dataclasses
 import math
 
 import numpy as np
@@ -23,7 +24,7 @@ from harness.analysis import costmodel_check, similarity
 from harness.backends.emulation import compute
 from harness.commands import select as select_command
 from harness.core.config import model_config
-from harness.experiments import calibration, measured_selection
+from harness.experiments import calibration, measured_selection, rejudge
 from harness.paper import claims, deviations, limits
 from harness.runs import records
 from harness.suite import checks, claims_tests, options
@@ -31,7 +32,7 @@ from harness.suite import checks, claims_tests, options
 __all__ = ["pytestmark", "test_trial", "test_claim", "test_every_trial_follows_the_single_device_reference",
            "test_the_link_dropped_no_packet_of_any_trial", "test_zero2_put_alpas_bytes_on_the_link",
            "test_the_links_were_calibrated_on_real_trials",
-           "test_the_links_give_the_scale_model_the_papers_groups",
+           "test_the_links_give_the_scale_model_the_papers_groups", "test_the_links_document_is_what_the_records_give",
            "memory_table", "test_memory_claim", "test_every_vm_computed_at_the_speed_asked",
            "test_cost_model_ranks_the_trials_as_measured",
            "test_select_decides_from_real_trials_on_this_cluster"]
@@ -182,6 +183,22 @@ def test_the_links_give_the_scale_model_the_papers_groups(backend, claims_log):
     if judged:
         pytest.xfail("within declared limits: " + "; ".join(
             f"{m['slice']} {m['technique']} {m['group']} {m['ratio']:.2g}x off ({m['excuse']['reason']})" for m in judged))
+
+
+def test_the_links_document_is_what_the_records_give(backend, claims_log):
+    """What `judge` reads of a run's links (harness.experiments.rejudge): the document this run
+    wrote (similarity.json) is, figure for figure, the one its records give when it is worked out
+    again from them alone (calibration.from_run, from the trials, the calibration trials and the
+    trial budget), so judging the run again reads what the run itself judged with."""
+    recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
+    claims_log.evidence(backend, recs)
+    runner = backend.runner
+    again = calibration.from_run(calibration.ScaleModel.of_records(recs, dataclasses.asdict(runner.budget)), recs,
+                                 claims_log.calibration, runner.paper_slices)
+    assert again is not None, "the trials' records name no emulated link"
+    apart = rejudge.figures_apart({"tolerance": similarity.TOLERANCE, **claims_log.links},
+                                  {"tolerance": similarity.TOLERANCE, **again.to_dict()})
+    assert not apart, "; ".join(apart)
 
 
 @pytest.fixture(scope="session")
