@@ -6,14 +6,16 @@ from harness.errors import BadInput
 from harness.experiments import rejudge, report
 from harness.runs import records
 
-HELP = "judge a run folder again from its records and say where its claims.json differs (--write: rewrite it)"
+HELP = ("judge a run folder again from its records and say where its claims.json or similarity.json differs "
+        "(--write: rewrite them)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN", help="run folder written by reproduce, e.g. reports/<run id> or "
                                               "harness/resources/baselines/quick-similarity")
     p.add_argument("--write", action="store_true",
-                   help="rewrite the folder's claims.json and claims.md with today's verdicts (the records stay)")
+                   help="rewrite the folder's claims.json and claims.md with today's verdicts, and its similarity.json and "
+                        "similarity.md with the links its records give (the records stay)")
 
 
 def run(args) -> tuple[int, dict]:
@@ -40,8 +42,8 @@ def summary(result: dict) -> str:
     lines = [f"{result['run']}: " + report.counts(result["verdicts"])]
     lines += [f"  {v['part']:18} {report.STATUS_MARK[v['outcome']]}" for v in result["verdicts"]]
     if not result["differences"]:
-        lines.append("  claims.json says the same")
+        lines.append("  its claims.json and similarity.json say the same")
     else:
-        lines.append("  claims.json " + ("was rewritten; it said otherwise:" if result["written"] else "says otherwise:"))
+        lines.append("  its files " + ("were rewritten; they said otherwise:" if result["written"] else "say otherwise:"))
         lines += [f"    {d}" for d in result["differences"]]
     return "\n".join(lines)
