@@ -1,6 +1,8 @@
 """Regression comparison of a run with a baseline, on hand-made run folders."""
 import json
+import shutil
 
+from harness import resources
 from harness.experiments import compare
 from harness.runs import records
 from tests_cpu.claim_records import trial
@@ -66,3 +68,27 @@ def test_a_claims_json_of_before_the_outcomes_is_read_with_its_declared_limits(t
     (old / "claims.json").write_text(json.dumps({"verdicts": [
         {"part": "C1.two-site", "status": "contradicted", "undeclared_status": "holds"}]}))
     assert compare.load(old)[1] == {"C1.two-site": "contradicted within a declared limit"}
+
+
+def test_the_verdicts_compared_are_those_the_records_give(tmp_path):
+    """A run folder's claims.json that says other than its records (stale, or edited) neither
+    raises a regression that its records do not show nor hides one: the comparison judges each
+    folder's records again, and says where the file differs."""
+    base = tmp_path / "base"
+    shutil.copytree(resources.path("baselines", "quick-similarity"), base)
+    run = tmp_path / "run"
+    shutil.copytree(base, run)
+    doc = json.loads((run / "claims.json").read_text())
+    first = doc["verdicts"][0]
+    assert first["part"] == "C1.two-site" and first["outcome"] == "holds"
+    first["outcome"] = first["status"] = "contradicted"
+    for c in first["comparisons"]:
+        c["status"] = "contradicted"
+    (run / "claims.json").write_text(json.dumps(doc))
+    result = compare.compare(base, run)
+    assert not result["regressed"] and not result["worse_verdicts"] and not result["worse_comparisons"], result
+    assert result["files_apart_from_records"]["baseline"] == []
+    assert "C1.two-site: claims.json says contradicted, today holds" in result["files_apart_from_records"]["run"]
+    assert "the run's claims.json or similarity.json says otherwise than its records in " in compare.summary(result)
+    # the other way round: the baseline edited to say less than its records still compares by them
+    assert not compare.compare(run, base)["regressed"]

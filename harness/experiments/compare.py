@@ -9,11 +9,16 @@ comparison (by its ID) regresses when it is gone or becomes contradicted beyond 
 excuses. Reported but not counted: a part or comparison that slips from holds to within noise
 (nothing went against the paper beyond the noise, and such results flip between runs of the same
 code), and one that becomes contradicted within a declared limit.
+
+The verdicts compared are those each folder's records give (harness.experiments.rejudge), not its
+claims.json as written: where the file says otherwise (stale, or edited), the comparison says so
+and goes by the records. A hand-made or older claims.json without the run's context, from which
+nothing can be judged again, is read as written.
 """
 from pathlib import Path
 
 from harness import schemas
-from harness.experiments import report
+from harness.experiments import rejudge, report
 from harness.paper import claims
 from harness.runs import records
 
@@ -33,16 +38,20 @@ def _comparison_outcome(c: dict) -> str:
     return c["status"]
 
 
-def load(run: Path) -> tuple[dict, dict, dict]:
-    """(trials by key, part -> outcome, comparison ID -> outcome) of a run folder."""
+def load(run: Path) -> tuple[dict, dict, dict, list[str]]:
+    """(trials by key, part -> outcome, comparison ID -> outcome, where the folder's files say
+    otherwise than its records) of a run folder."""
     # Trials only: the compile-only memory records have no step times to compare.
     timed = {key(r): r for r in records.read(run / "results.jsonl")
              if "compile only" not in (r["memory"]["source"] or "")}
     verdicts_file = run / "claims.json"
-    verdicts = schemas.read(verdicts_file, "claims")["verdicts"] if verdicts_file.is_file() else []
+    doc = schemas.read(verdicts_file, "claims") if verdicts_file.is_file() else {"verdicts": []}
+    verdicts, apart = doc["verdicts"], []
+    if "context" in doc:
+        verdicts, apart = [v.to_dict() for v in rejudge.judge(run)], rejudge.differences(run)
     parts = {v["part"]: report.outcome(v) for v in verdicts}
     comparisons = {c["id"]: _comparison_outcome(c) for v in verdicts for c in v.get("comparisons", []) if "id" in c}
-    return timed, parts, comparisons
+    return timed, parts, comparisons, apart
 
 
 def _changes(base: dict, current: dict) -> tuple[dict, dict, dict, list]:
@@ -62,8 +71,8 @@ def _changes(base: dict, current: dict) -> tuple[dict, dict, dict, list]:
 
 
 def compare(baseline: Path, current: Path, threshold: float = THRESHOLD) -> dict:
-    base_trials, base_parts, base_ids = load(baseline)
-    cur_trials, cur_parts, cur_ids = load(current)
+    base_trials, base_parts, base_ids, base_apart = load(baseline)
+    cur_trials, cur_parts, cur_ids, cur_apart = load(current)
     slower, failed, rows = [], [], []
     for k in sorted(set(base_trials) & set(cur_trials)):
         b, c = base_trials[k], cur_trials[k]
@@ -84,6 +93,7 @@ def compare(baseline: Path, current: Path, threshold: float = THRESHOLD) -> dict
             "worse_verdicts": worse, "weaker_verdicts": weaker, "worse_declared_limits": declared,
             "vanished_comparisons": ids_gone, "worse_comparisons": worse_ids, "weaker_comparisons": weaker_ids,
             "excused_comparisons": declared_ids, "rows": rows,
+            "files_apart_from_records": {"baseline": base_apart, "run": cur_apart},
             "regressed": bool(slower or failed or vanished or parts_gone or worse or ids_gone or worse_ids)}
 
 
@@ -106,4 +116,9 @@ def summary(result: dict) -> str:
               for p, (a, b) in result["worse_declared_limits"].items()]
     lines += [f"  comparison {c}: {a} -> {b} (within a declared limit of this backend: not a regression)"
               for c, (a, b) in result["excused_comparisons"].items()]
+    for which, apart in result["files_apart_from_records"].items():
+        if apart:
+            lines.append(f"  the {which}'s claims.json or similarity.json says otherwise than its records in {len(apart)} "
+                         f"places (compared by what the records give; `python -m harness judge` names them): {apart[0]}"
+                         + (" ..." if len(apart) > 1 else ""))
     return "\n".join(lines)
