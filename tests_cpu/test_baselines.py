@@ -183,8 +183,9 @@ def test_the_judge_command_refuses_a_folder_that_is_no_run_in_one_line(tmp_path)
     shutil.copytree(resources.path("baselines", "quick-similarity"), folder)
     with (folder / "results.jsonl").open("a") as f:
         f.write('{"not": "a record"}\n')
-    broken = harness_cli("judge", str(folder))
-    assert broken.returncode == 2 and broken.stderr.count("\n") == 1 and "results.jsonl" in broken.stderr, broken.stderr
+    for command in (["judge"], ["compare", str(resources.path("baselines", "quick-similarity"))]):
+        broken = harness_cli(*command, str(folder))
+        assert broken.returncode == 2 and broken.stderr.count("\n") == 1 and "results.jsonl" in broken.stderr, broken.stderr
 
 
 def _doctor(doc: dict, path: tuple, value) -> None:

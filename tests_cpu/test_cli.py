@@ -1,11 +1,13 @@
 """`python -m harness` as a user runs it: help, a training run with --json, and bad input."""
 import json
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
 
+from harness import resources
 from harness.runs import records
 from tests_cpu import slice_files
 
@@ -132,6 +134,20 @@ def test_every_subcommand_refuses_bad_numbers_and_paths_in_one_line(args, messag
     proc = harness(*args, "--json", timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"harness: error: {message}"
+
+
+def test_a_baseline_whose_records_cannot_be_judged_is_refused_before_the_run(tmp_path):
+    """reproduce judges its baseline again at the end (harness.experiments.compare): a baseline
+    without the calibration trials its links are worked out from is refused before any run folder."""
+    baseline = tmp_path / "baseline"
+    shutil.copytree(resources.path("baselines", "quick-similarity"), baseline)
+    (baseline / "calibration.jsonl").unlink()
+    out = tmp_path / "out"
+    proc = harness("reproduce", "--quick", "--baseline", str(baseline), "--out", str(out), "--json", timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"harness: error: --baseline {baseline}: the links its trials ran on cannot be worked "
+                                  "out from results.jsonl and calibration.jsonl"), proc.stderr
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("command, option, purpose", [

@@ -4,7 +4,6 @@ from pathlib import Path
 
 from harness.errors import BadInput
 from harness.experiments import rejudge, report
-from harness.runs import records
 
 HELP = ("judge a run folder again from its records and say where its claims.json or similarity.json differs "
         "(--write: rewrite them)")
@@ -24,11 +23,8 @@ def run(args) -> tuple[int, dict]:
         raise BadInput(f"RUN {folder}: no {' or '.join(rejudge.RESULTS)} there (expected a run folder written by reproduce)")
     if not (folder / "claims.json").is_file():
         raise BadInput(f"RUN {folder}: no claims.json there (its slices and declared limits are read from it)")
-    try:
-        verdicts = rejudge.judge(folder)
-        before = rejudge.differences(folder)
-    except records.InvalidRecord as e:
-        raise BadInput(str(e)) from None
+    verdicts = rejudge.judge(folder)
+    before = rejudge.differences(folder, verdicts)
     if args.write and before:
         rejudge.write(folder, verdicts)
     result = {"run": str(folder), "verdicts": [v.to_dict() for v in verdicts], "differences": before,

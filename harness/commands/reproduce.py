@@ -100,7 +100,12 @@ def run(args) -> tuple[int, dict]:
     sweep_settings = _beyond_settings(args, run_config)
     inputs.positive("--threshold", args.threshold)
     if args.baseline:
-        inputs.run_folder("--baseline", args.baseline)
+        # judged again at the end (harness.experiments.compare): one its records cannot be judged from is refused now
+        given = inputs.run_folder("--baseline", args.baseline)
+        try:
+            compare.load(given)
+        except BadInput as e:
+            raise BadInput(f"--baseline {e}") from None
     suite = Path(str(importlib.resources.files("harness.suite").joinpath("emulated.py")))
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{mode}"
     out = inputs.made_folder("--out", args.out) / run_id

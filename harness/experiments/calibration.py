@@ -107,9 +107,8 @@ class ScaleModel:
     @classmethod
     def of_runner(cls, runner: Runner) -> "ScaleModel":
         b = runner.budget
-        return cls(runner.model_cfg, Setup(batch_per_gpu=b.batch_per_gpu, micro_batches=b.micro_batches,
-                                           precision=runner.model_cfg.dtype, seq_len=runner.model_cfg.n_positions),
-                   not b.combine, {name: runner.compute_shares(name) for name in runner.paper_slices})
+        return cls.of(runner.model_cfg, b.batch_per_gpu, b.micro_batches, b.combine,
+                      {name: runner.compute_shares(name) for name in runner.paper_slices})
 
     @classmethod
     def of_records(cls, trials: list[dict], budget: dict) -> "ScaleModel":
@@ -118,8 +117,12 @@ class ScaleModel:
         for r in trials:
             shares.setdefault(r["cluster"]["slice"], {}).update(r["cluster"].get("compute_shares") or {})
         cfg = dataclasses.replace(model_config(budget["model"]), dtype=compute_dtype(budget["precision"]))
-        return cls(cfg, Setup(batch_per_gpu=budget["batch_per_gpu"], micro_batches=budget["micro_batches"],
-                              precision=cfg.dtype, seq_len=cfg.n_positions), not budget["combine"], shares)
+        return cls.of(cfg, budget["batch_per_gpu"], budget["micro_batches"], budget["combine"], shares)
+
+    @classmethod
+    def of(cls, cfg: GPTConfig, batch_per_gpu: int, micro_batches: int, combine: bool, shares: dict) -> "ScaleModel":
+        return cls(cfg, Setup(batch_per_gpu=batch_per_gpu, micro_batches=micro_batches, precision=cfg.dtype,
+                              seq_len=cfg.n_positions), not combine, shares)
 
     def devices(self, sl: Slice, device_flops: float) -> costmodel.Devices:
         """The slice's VMs, each computing at device_flops times its share, as the run's VMs do."""

@@ -48,7 +48,8 @@ def load(run: Path) -> tuple[dict, dict, dict, list[str]]:
     doc = schemas.read(verdicts_file, "claims") if verdicts_file.is_file() else {"verdicts": []}
     verdicts, apart = doc["verdicts"], []
     if "context" in doc:
-        verdicts, apart = [v.to_dict() for v in rejudge.judge(run)], rejudge.differences(run)
+        judged = rejudge.judge(run)
+        verdicts, apart = [v.to_dict() for v in judged], rejudge.differences(run, judged)
     parts = {v["part"]: report.outcome(v) for v in verdicts}
     comparisons = {c["id"]: _comparison_outcome(c) for v in verdicts for c in v.get("comparisons", []) if "id" in c}
     return timed, parts, comparisons, apart

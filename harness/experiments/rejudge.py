@@ -164,12 +164,13 @@ def write(folder: Path, verdicts: list[claims.Verdict]) -> None:
         (folder / "similarity.md").write_text(similarity.markdown(links))
 
 
-def differences(folder: Path) -> list[str]:
-    """Where the folder's claims.json says other than today's judgement of its records: per part,
-    its outcome and, per comparison ID, its status and whether a limit excused it."""
+def differences(folder: Path, verdicts: list[claims.Verdict] | None = None) -> list[str]:
+    """Where the folder's claims.json says other than today's judgement of its records (verdicts,
+    where the caller has judged them already): per part, its outcome and, per comparison ID, its
+    status and whether a limit excused it; and where its similarity.json says other than its records."""
     folder = Path(folder)
     recorded = {v["part"]: v for v in claims_doc(folder)["verdicts"]}
-    now = {v.part: v.to_dict() for v in judge(folder)}
+    now = {v.part: v.to_dict() for v in (judge(folder) if verdicts is None else verdicts)}
     out = []
     for part, was in recorded.items():
         if part not in now:

@@ -15,14 +15,15 @@ import jsonschema
 
 from harness import schemas
 from harness.core import flops
+from harness.errors import BadInput
 from harness.runs import environment
 
 SCHEMA_VERSION = 1
 WARMUP_STEPS_EXCLUDED = 1  # the first executed step still pays for buffer allocation
 
 
-class InvalidRecord(ValueError):
-    pass
+class InvalidRecord(BadInput):
+    """A record that is not as a run writes it: bad input where a file of records is handed in."""
 
 
 def validate(record: dict) -> dict:

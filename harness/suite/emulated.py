@@ -192,6 +192,7 @@ def test_the_links_document_is_what_the_records_give(backend, claims_log):
     trial budget), so judging the run again reads what the run itself judged with."""
     recs = checks.ensure_trials(backend.runner, claims_log, backend.trials)
     claims_log.evidence(backend, recs)
+    assert claims_log.links is not None, "the run on emulated links wrote no links document"
     runner = backend.runner
     again = calibration.from_run(calibration.ScaleModel.of_records(recs, dataclasses.asdict(runner.budget)), recs,
                                  claims_log.calibration, runner.paper_slices)
