@@ -167,9 +167,12 @@ class Stepper:
         batches = held.blocks.reshape(-1, batch_size, held.blocks.shape[1])
         placed = jax.make_array_from_callback(batches.shape, where, lambda index: batches[index])
         # One program over the whole split, not a dispatch and two transfers per batch: a sweep
-        # measures the held-out loss every few steps.
-        losses = _batch_losses(graphdef, params, placed)
-        return float(np.mean(np.asarray(losses.addressable_shards[0].data), dtype=np.float64))
+        # measures the held-out loss every few steps. Its losses are kept whole on every device,
+        # so this process's first shard holds every batch's.
+        losses = np.asarray(_batch_losses(graphdef, where, params, placed).addressable_shards[0].data)
+        if losses.shape != (len(batches),):
+            raise ValueError(f"held-out loss: this process holds {losses.shape} of {len(batches)} batches' losses")
+        return float(np.mean(losses, dtype=np.float64))
 
     def bytes_per_device(self) -> int | None:
         return needed_bytes(self.step_fn)
@@ -195,10 +198,11 @@ class HostCopy:
             self.shape, self.sharding, [jax.device_put(data, device) for device, data in self.shards])
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _batch_losses(graphdef, params, batches):
-    """Each batch's mean loss, the batches stacked on the first axis."""
-    return jax.lax.map(lambda rows: model.loss_fn(graphdef, params, rows[:, :-1], rows[:, 1:]), batches)
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _batch_losses(graphdef, whole, params, batches):
+    """Each batch's mean loss, the batches stacked on the first axis; on every device of `whole`."""
+    losses = jax.lax.map(lambda rows: model.loss_fn(graphdef, params, rows[:, :-1], rows[:, 1:]), batches)
+    return jax.lax.with_sharding_constraint(losses, whole)
 
 
 def needed_bytes(compiled) -> int | None:
