@@ -1,5 +1,6 @@
 """One worker process per VM on this machine (harness.backends.local), joined by jax.distributed."""
 import dataclasses
+import os
 import signal
 import statistics
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.backends.local import LocalProcesses
-from harness.backends.servers import describe_failure
+from harness.backends.servers import WorkerServer, describe_failure
 from harness.backends.worker import environment
 from harness.runs.jobs import Job
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, TRAIN
@@ -44,6 +45,20 @@ def test_a_lost_process_is_reported_with_the_workers_own_heartbeat():
     assert said.startswith("killed by SIGABRT: a process stopped answering for 10 s (its VM died or the link"), said
     assert said.endswith("another task died."), said
     assert describe_failure(3, "Traceback ...\nValueError: bad batch\n", {}) == "exited with 3: ValueError: bad batch"
+
+
+def test_a_request_to_a_worker_that_was_killed_says_how_it_died():
+    """A worker killed before a request breaks the pipe at the request, not at its answer: the
+    launcher says the same of both, from the worker's exit status (a broken pipe once said only
+    "[Errno 32] Broken pipe" where a loaded machine delivered the kill before the request)."""
+    server = WorkerServer(dict(os.environ), "vm1")
+    try:
+        server.proc.kill()
+        server.proc.wait()
+        with pytest.raises(RuntimeError, match=r"^the worker on vm1 killed by SIGKILL: "):
+            server.send({"do": "ping"})
+    finally:
+        server.kill()
 
 
 def test_workers_on_gpus_ask_jax_for_cuda_by_name():

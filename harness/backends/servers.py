@@ -38,8 +38,13 @@ class WorkerServer:
                                      preexec_fn=preexec_fn, start_new_session=preexec_fn is None)
 
     def send(self, request: dict) -> None:
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
+        """RuntimeError (why it died) when the process has ended: a worker killed just before a
+        request breaks the pipe here instead of closing its answer."""
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._ended() from None
 
     def answer(self, timeout_s: float) -> dict:
         """The answer to the last request. TimeoutError when none comes within timeout_s,
@@ -50,10 +55,13 @@ class WorkerServer:
                 raise TimeoutError(f"the worker on {self.where} did not answer within {timeout_s:.0f} s")
         line = self.proc.stdout.readline()
         if not line:
-            self.proc.wait()
-            self.log.seek(0)
-            raise RuntimeError(f"the worker on {self.where} {describe_failure(self.proc.returncode, self.log.read(), self.env)}")
+            raise self._ended()
         return json.loads(line)
+
+    def _ended(self) -> RuntimeError:
+        self.proc.wait()
+        self.log.seek(0)
+        return RuntimeError(f"the worker on {self.where} {describe_failure(self.proc.returncode, self.log.read(), self.env)}")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
