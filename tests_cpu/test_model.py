@@ -4,6 +4,7 @@ import math
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx
 
 from harness.core import flops, model
 from harness.core.config import MODELS, GPTConfig, model_config
@@ -194,6 +195,34 @@ def test_the_blocks_written_out_compute_what_the_loop_over_them_computes():
         assert loss == pytest.approx(float(looped), rel=1e-6)
         for a, b in zip(jax.tree.leaves(looped_grads), jax.tree.leaves(grads)):
             assert jnp.allclose(a, b, atol=1e-6)
+
+
+def test_a_padded_layer_of_a_pipeline_stage_is_skipped_not_computed():
+    """A stage padded to the longest stage skips its padded layers: with NaN for their parameters its
+    output and its gradients are those of its real layers alone, which a padded layer computed and
+    dropped cannot give (its backward multiplies NaN by a zero cotangent). Which layers are padded is
+    known only when the step runs, as on a stage of an SPMD pipeline."""
+    cfg = dataclasses.replace(model_config("scale-tiny"), n_layer=4)
+    graphdef, params = model.init(cfg, seed=0)
+    real = dataclasses.replace(cfg, n_layer=2)
+    real_graphdef, _ = model.abstract_init(real)
+    x = jax.random.normal(jax.random.key(1), (2, 8, cfg.n_embd))
+    padded = {**params, "blocks": jax.tree.map(lambda a: a.at[2:].set(jnp.nan), params["blocks"])}
+
+    def out(graphdef, p, x, **kw):
+        return jnp.sum(jnp.square(nnx.merge(graphdef, p).run_blocks(x, **kw)))
+
+    stage = jax.jit(jax.value_and_grad(lambda p, x, on: out(graphdef, p, x, active=on, always=2), argnums=(0, 1)))
+    value, (grads, dx) = stage(padded, x, jnp.array([True, True, False, False]))
+    first_two = {**params, "blocks": jax.tree.map(lambda a: a[:2], params["blocks"])}
+    want, (want_grads, want_dx) = jax.value_and_grad(lambda p, x: out(real_graphdef, p, x), argnums=(0, 1))(first_two, x)
+    assert value == pytest.approx(float(want), rel=1e-6)
+    assert jnp.allclose(dx, want_dx, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda g: g[:2], grads["blocks"])), jax.tree.leaves(want_grads["blocks"])):
+        assert jnp.allclose(a, b, atol=1e-6)
+    # The same program with every layer real is the whole model's blocks.
+    value, _ = stage(params, x, jnp.array([True, True, True, True]))
+    assert value == pytest.approx(float(out(graphdef, params, x)), rel=1e-6)
 
 
 @pytest.mark.parametrize("fields, message", [

@@ -132,18 +132,21 @@ class GPT(nnx.Module):
         x = (self.wte(tokens) + self.wpe(positions)).astype(jnp.dtype(self.cfg.dtype))
         return _dropout(x, self.cfg.dropout, dropout_key)
 
-    def run_blocks(self, x, dropout_key=None, active=None):
+    def run_blocks(self, x, dropout_key=None, active=None, always=0):
         """Apply the blocks self.blocks holds, in order.
 
-        A pipeline stage holds a slice of the layers, padded to the longest stage; active (bool
-        per layer) marks the real ones, and padded layers pass x through untouched. A padded layer
-        is computed and its result dropped (its parameters are zeros, so it stays finite), as a
-        shorter stage would wait for the longest in lockstep: a branch to skip it would make the
-        scan keep and zero-fill every layer's intermediates, which doubled a stage's step on CPU.
+        A pipeline stage holds a slice of the layers, padded with layers of zeros to the longest
+        stage. active (bool per layer, known only when the step runs) marks the real ones; the first
+        `always` layers (known when tracing) are real on every stage and run in the scan, and each
+        later layer runs under a branch that a padded layer skips. Computed and dropped instead, a
+        shorter stage's padding would cost what the longest stage's layers cost, and the stage with
+        the output head would run both: a longer stage than any of Alpa's. The branches stay out of
+        the scan, since a branch inside it makes XLA keep and zero-fill every layer's intermediates,
+        which doubled a stage's step on CPU.
         """
         graphdef, state = nnx.split(self.blocks)
         layers = jax.tree.leaves(state)[0].shape[0]
-        keys = jax.random.split(dropout_key, layers) if dropout_key is not None else None
+        keys = jax.random.split(dropout_key, layers) if dropout_key is not None else [None] * layers
 
         def block(h, block_state, key):
             return nnx.merge(graphdef, block_state)(h, key)
@@ -151,12 +154,17 @@ class GPT(nnx.Module):
         if self.cfg.remat:
             block = jax.checkpoint(block, policy=REMAT_POLICIES[self.cfg.remat_saves])
 
-        def step(h, layer):
-            block_state, key, on = layer
-            run = lambda h: block(h, block_state, key)
-            return (run(h) if on is None else jnp.where(on, run(h), h)), None
+        def layer(i):
+            return jax.tree.map(lambda a: a[i], state), keys[i]
 
-        x, _ = jax.lax.scan(step, x, (state, keys, active), unroll=min(self.cfg.scan_unroll, layers))
+        scanned = layers if active is None else always
+        if scanned:
+            first = jax.tree.map(lambda a: a[:scanned], state)
+            x, _ = jax.lax.scan(lambda h, part: (block(h, *part), None), x,
+                                (first, keys[:scanned] if dropout_key is not None else None),
+                                unroll=min(self.cfg.scan_unroll, scanned))
+        for i in range(scanned, layers):
+            x = jax.lax.cond(active[i], lambda h, i=i: block(h, *layer(i)), lambda h: h, x)
         return x
 
     def head(self, x):

@@ -15,8 +15,10 @@ Inside a VM, each microbatch is split over the VM's devices and stage gradients 
 over them (intra-operator parallelism on the fast axis only).
 
 Layout: every parameter gets a leading stage axis sharded over the VMs. Blocks are [stage,
-layer-in-stage, ...], padded to the longest stage with inactive layers; the embeddings live on
-the first stage, the head's LayerNorm (and untied head) on the last, zeros elsewhere.
+layer-in-stage, ...], padded to the longest stage with inactive layers, which a shorter stage
+skips (a branch each), so that its tick costs what its own layers cost, as in Alpa's program for
+that stage; the embeddings live on the first stage, the head's LayerNorm (and untied head) on the
+last, zeros elsewhere.
 """
 from dataclasses import dataclass
 
@@ -296,7 +298,7 @@ class Stages:
         # because a branch's intermediates are kept on every stage, taken or not.
         head_loss = jax.checkpoint(lambda y, tgt: model.token_losses(net.head(y), tgt).sum())
         layers_on = jnp.asarray(self.active)[stage]
-        run_stage = lambda h: net.run_blocks(h, active=layers_on)
+        run_stage = lambda h: net.run_blocks(h, active=layers_on, always=min(self.sizes))
         if self.remat:  # keep only the stage's input per microbatch
             run_stage = jax.checkpoint(run_stage)
         m, last = self.m, self.n - 1
@@ -330,7 +332,7 @@ class Stages:
         def run(p, act, tokens, tgt):
             """This stage's forward of one microbatch: (its output, its token losses if last)."""
             net = self.stage_model(p)
-            run_stage = lambda h: net.run_blocks(h, active=layers_on)
+            run_stage = lambda h: net.run_blocks(h, active=layers_on, always=min(self.sizes))
             if self.remat:
                 run_stage = jax.checkpoint(run_stage)
             y = run_stage(jax.lax.cond(stage == 0, lambda: net.embed(tokens), lambda: act))
