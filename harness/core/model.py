@@ -154,17 +154,14 @@ class GPT(nnx.Module):
         if self.cfg.remat:
             block = jax.checkpoint(block, policy=REMAT_POLICIES[self.cfg.remat_saves])
 
-        def layer(i):
-            return jax.tree.map(lambda a: a[i], state), keys[i]
-
         scanned = layers if active is None else always
         if scanned:
             first = jax.tree.map(lambda a: a[:scanned], state)
             x, _ = jax.lax.scan(lambda h, part: (block(h, *part), None), x,
                                 (first, keys[:scanned] if dropout_key is not None else None),
                                 unroll=min(self.cfg.scan_unroll, scanned))
-        for i in range(scanned, layers):
-            x = jax.lax.cond(active[i], lambda h, i=i: block(h, *layer(i)), lambda h: h, x)
+        for i in range(scanned, layers):  # the layer's parameters as operands: closed over, they cost more memory
+            x = jax.lax.cond(active[i], block, lambda h, *_: h, x, jax.tree.map(lambda a: a[i], state), keys[i])
         return x
 
     def head(self, x):
