@@ -218,7 +218,7 @@ def test_a_padded_layer_of_a_pipeline_stage_is_skipped_not_computed():
     want, (want_grads, want_dx) = jax.value_and_grad(lambda p, x: out(real_graphdef, p, x), argnums=(0, 1))(first_two, x)
     assert value == pytest.approx(float(want), rel=1e-6)
     assert jnp.allclose(dx, want_dx, atol=1e-6)
-    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda g: g[:2], grads["blocks"])), jax.tree.leaves(want_grads["blocks"])):
+    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda g: g[:2], grads["blocks"])), jax.tree.leaves(want_grads["blocks"]), strict=True):
         assert jnp.allclose(a, b, atol=1e-6)
     # The same program with every layer real is the whole model's blocks.
     value, _ = stage(params, x, jnp.array([True, True, True, True]))
