@@ -105,3 +105,39 @@ def test_memory_command_shows_both_compilers_side_by_side():
         assert row["cpu_bytes"] > 0 and row["gpu_bytes"] > 0 and row["gpu_over_cpu"] == row["gpu_bytes"] / row["cpu_bytes"]
     assert {r["memory"]["source"] for r in doc["records"]} == {memory.SOURCE, gpu_compiler.SOURCE}
     assert "cudart_stub" not in proc.stderr  # the plugin's start-up without a driver is not the user's news
+
+
+# Run in a process of its own with the plugin on its path, as GpuCompiler runs its child.
+_TIMED_AGAINST_ALPA = """
+import json, jax
+jax.config.update("jax_platforms", "cpu")
+from harness.analysis import memory
+from harness.analysis.gpu_compiler_child import compile_only_devices
+from harness.core import model
+from harness.core.config import Setup, TrainConfig, model_config
+from harness.techniques import ClusterShape, technique
+setup, gpt2m, shape = Setup(), model_config("gpt2m"), ClusterShape(2, 2)
+batch = setup.batch_per_gpu * shape.n_devices
+cfg = TrainConfig(batch_size=batch, seq_len=gpt2m.n_positions, steps=1)
+tech = technique("Pipeshard", micro_batches=setup.micro_batches, schedule=setup.pipeline_schedule)
+built = tech.build(gpt2m, shape, cfg, total_steps=1, devices=compile_only_devices("RTX6000", 2, 2))
+args = built.abstract_args(model.abstract_init(gpt2m)[1], batch, gpt2m.n_positions)
+alpa = memory.compiled_bytes(tech, gpt2m, shape, setup, row_gpus=["RTX6000"] * 2, devices_for=compile_only_devices)
+print(json.dumps({"timed": memory._bytes(built.step, args, False), "alpa": alpa["bytes_per_device"]}))
+"""
+
+
+@needs_plugin
+def test_the_timed_pipeshard_needs_about_what_alpas_stages_need():
+    """gpt2m on two VMs of two RTX 6000s at the memory claims' setup: the timed Pipeshard (one SPMD
+    program, stages in lockstep) needs at most 1.2x the fullest of Alpa's stage programs, so that
+    on a live slice its out of memory is Alpa's. It needed 2.05x when every tick's activations were
+    kept from the program's start and every tick's gradients until its end."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    if not gpu_compiler._installed():
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(gpu_compiler.plugin_dir()), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", _TIMED_AGAINST_ALPA], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    need = json.loads(proc.stdout)
+    assert need["timed"] <= 1.2 * need["alpa"], {k: f"{v / GiB:.2f} GiB" for k, v in need.items()}
