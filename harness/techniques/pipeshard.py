@@ -60,9 +60,9 @@ class Tick:
 def one_f_one_b(n: int, m: int) -> list[Tick]:
     """1F1B in lockstep over n stages and m microbatches: at tick t stage s runs microbatch t - s
     forward and microbatch t - 2(n - 1) + s backward. The last stage takes a microbatch back in the
-    tick it ran it forward, stage s < n - 1 2(n - 1 - s) ticks later and before that tick's forward,
-    so it keeps up to 2(n - 1 - s) microbatches' activations (PipeDream-Flush keeps n - s: the same
-    on two stages; the memory programs follow Alpa's)."""
+    tick it ran it forward; a stage s before it, 2(n - 1 - s) ticks later and before that tick's
+    forward, so it keeps up to 2(n - 1 - s) microbatches' activations (PipeDream-Flush keeps n - s,
+    the same on two stages; the memory programs follow Alpa's)."""
     def valid(i):
         return i if 0 <= i < m else None
     ticks = []
