@@ -137,17 +137,12 @@ class GPT(nnx.Module):
 
         A pipeline stage holds a slice of the layers, padded with layers of zeros to the longest
         stage. active (bool per layer, known only when the step runs) marks the real ones; the first
-        `always` layers (known when tracing) are real on every stage, and each later layer runs
-        under a branch that a padded layer skips. Computed and dropped instead, a shorter stage's
-        padding would cost what the longest stage's layers cost, and the stage with the output head
-        would run both: a longer stage than any of Alpa's. The branches stay out of the scan, since
-        a branch inside it makes XLA keep and zero-fill every layer's intermediates, which doubled a
-        stage's step on CPU.
-
-        A stage's layers are not scanned either. A pipeline runs them once per tick, and XLA
-        created the zeroed buffers in which each tick's scan stacks its intermediates for the
-        backward pass all at once, at the program's start (one fusion), so a device kept every
-        tick's activations from the start, not only the microbatches its stage has in flight.
+        `always` layers (known when tracing) are real on every stage and run in the scan, and each
+        later layer runs under a branch that a padded layer skips. Computed and dropped instead, a
+        shorter stage's padding would cost what the longest stage's layers cost, and the stage with
+        the output head would run both: a longer stage than any of Alpa's. The branches stay out of
+        the scan, since a branch inside it makes XLA keep and zero-fill every layer's intermediates,
+        which doubled a stage's step on CPU.
         """
         graphdef, state = nnx.split(self.blocks)
         layers = jax.tree.leaves(state)[0].shape[0]
@@ -159,14 +154,14 @@ class GPT(nnx.Module):
         if self.cfg.remat:
             block = jax.checkpoint(block, policy=REMAT_POLICIES[self.cfg.remat_saves])
 
-        if active is not None:
-            for i in range(layers):
-                layer = (jax.tree.map(lambda a: a[i], state), keys[i])  # as operands: closed over, they cost memory
-                x = block(x, *layer) if i < always else jax.lax.cond(active[i], block, lambda h, *_: h, x, *layer)
-            return x
-        x, _ = jax.lax.scan(lambda h, part: (block(h, *part), None), x,
-                            (state, keys if dropout_key is not None else None),
-                            unroll=min(self.cfg.scan_unroll, layers))
+        scanned = layers if active is None else always
+        if scanned:
+            first = jax.tree.map(lambda a: a[:scanned], state)
+            x, _ = jax.lax.scan(lambda h, part: (block(h, *part), None), x,
+                                (first, keys[:scanned] if dropout_key is not None else None),
+                                unroll=min(self.cfg.scan_unroll, scanned))
+        for i in range(scanned, layers):  # the layer's parameters as operands: closed over, they cost more memory
+            x = jax.lax.cond(active[i], block, lambda h, *_: h, x, jax.tree.map(lambda a: a[i], state), keys[i])
         return x
 
     def head(self, x):

@@ -60,9 +60,8 @@ class Tick:
 def one_f_one_b(n: int, m: int) -> list[Tick]:
     """1F1B in lockstep over n stages and m microbatches: at tick t stage s runs microbatch t - s
     forward and microbatch t - 2(n - 1) + s backward. The last stage takes a microbatch back in the
-    tick it ran it forward; a stage s before it, 2(n - 1 - s) ticks later and before that tick's
-    forward, so it keeps up to 2(n - 1 - s) microbatches' activations (PipeDream-Flush keeps n - s,
-    the same on two stages; the memory programs follow Alpa's)."""
+    tick it ran it forward, stage s 2(n - 1 - s) ticks later, so it keeps up to 2(n - 1 - s) + 1
+    microbatches' activations (PipeDream-Flush keeps n - s; the memory programs follow Alpa's)."""
     def valid(i):
         return i if 0 <= i < m else None
     ticks = []
@@ -344,21 +343,7 @@ class Stages:
         y, grads, loss = act, jax.tree.map(jnp.zeros_like, p), _varying_zeros()
         scale = _varying_zeros() + scale  # the cotangent of a stage's losses: typed as they are
         pullbacks = {}  # tick -> the pullback of that tick's forward
-        nothing = lambda ct: (jax.tree.map(jnp.zeros_like, grads), jnp.zeros_like(act))
         for t, tick in enumerate(one_f_one_b(n, m)):
-            # A stage before the last takes back what it ran forward 2(n - 1 - s) ticks ago, and
-            # does so before this tick's forward (the barrier), so that pullback is freed before the
-            # next is kept: every device keeps 2(n - 1) ticks' activations, not 2(n - 1) + 1 (on two
-            # stages, what Alpa's first stage keeps from two microbatches on). The gradients are summed
-            # tick by tick (the barriers): XLA otherwise fused the sums into one at the end and kept
-            # every tick's gradients until then.
-            dx = jnp.zeros_like(act)
-            if any(b is not None for b in tick.backward[:last]):
-                def take_back(s):
-                    return nothing if s == last or tick.backward[s] is None else pullbacks[t - 2 * (n - 1 - s)]
-                g, dx = jax.lax.switch(stage, [take_back(s) for s in range(n)], (grad_in, scale))
-                grads = jax.tree.map(jnp.add, grads, g)
-                act, dx, grads = jax.lax.optimization_barrier((act, dx, grads))
             if any(f is not None for f in tick.forward):
                 # Stage s runs microbatch t - s; outside the schedule it computes on what it holds,
                 # and nothing of that reaches a loss or a gradient.
@@ -367,12 +352,18 @@ class Stages:
                                                     p, act)
                 if tick.forward[last] is not None:
                     loss = loss + losses
-            if tick.backward[last] is not None:
-                # The last stage takes back, in the same tick, what it just ran: its output went only
-                # to its loss.
-                g, dx_last = jax.lax.cond(stage == last, pullbacks[t], nothing, (jnp.zeros_like(grad_in), scale))
-                grads = jax.lax.optimization_barrier(jax.tree.map(jnp.add, grads, g))
-                dx = dx + dx_last
+            dx = jnp.zeros_like(act)
+            if any(b is not None for b in tick.backward):
+                # Stage s takes back what it ran forward 2(n - 1 - s) ticks ago; the last stage's
+                # output went only to its loss, the others' to the next stage.
+                cotangent = (jnp.where(stage == last, jnp.zeros_like(grad_in), grad_in), scale)
+
+                def take_back(s):
+                    if tick.backward[s] is None:
+                        return lambda ct: (jax.tree.map(jnp.zeros_like, grads), jnp.zeros_like(act))
+                    return pullbacks[t - 2 * (n - 1 - s)]
+                g, dx = jax.lax.switch(stage, [take_back(s) for s in range(n)], cotangent)
+                grads = jax.tree.map(jnp.add, grads, g)
             act, grad_in = self.exchange(y, dx, tick)
         return loss * scale, grads
 
