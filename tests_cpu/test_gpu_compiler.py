@@ -105,3 +105,34 @@ def test_memory_command_shows_both_compilers_side_by_side():
         assert row["cpu_bytes"] > 0 and row["gpu_bytes"] > 0 and row["gpu_over_cpu"] == row["gpu_bytes"] / row["cpu_bytes"]
     assert {r["memory"]["source"] for r in doc["records"]} == {memory.SOURCE, gpu_compiler.SOURCE}
     assert "cudart_stub" not in proc.stderr  # the plugin's start-up without a driver is not the user's news
+
+
+@needs_plugin
+def test_pipeshard_out_of_memory_at_gpt2ms_trial_batch_is_the_papers_x_only_where_alpas_stage_is_too():
+    """gpt2m at its trial batch (2 sequences per GPU, 2 microbatches): the timed Pipeshard step,
+    one program for both stages, can need more than an RTX 6000 has (docs/techniques.md), where
+    Alpa's stages fit. So on the RTX 6000s of UTAH-MASS its out of memory is a harness error; on
+    the T4s of TACC-TACC's second VM alone, Alpa's first stage is over a T4's usable memory too,
+    and it is the paper's x."""
+    from harness.core.config import Budget
+    from harness.runs import records, trials
+
+    class OwnGPUs:  # the facts a cluster of real GPUs, one per device, gives a record
+        def facts(self, vms):
+            return {"network": {"mechanism": None}}
+
+    _, allocator = records.failure(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7.53GiB"))
+    outcome = {}
+    for name, vms in (("UTAH-MASS", trials.ALL_VMS), ("TACC-TACC", "vm2")):
+        sl = slices.load(name)
+        runner = trials.Runner(OwnGPUs(), [sl], Budget(model="gpt2m"), memory_compiler="gpu")
+        result = trials.TrialResult(trials.Trial.on(sl, "Pipeshard", vms), info={"bytes_per_device": 29 * GiB})
+        outcome[name] = runner.record(result.fail("oom", allocator))
+    mass, t4 = outcome["UTAH-MASS"], outcome["TACC-TACC"]
+    assert mass["memory"]["papers_program"]["gpus"] == ["RTX6000", "RTX6000"]
+    assert mass["memory"]["papers_program"]["source"].startswith("XLA's GPU compiler, Pipeshard as Alpa compiles it")
+    first, last = mass["memory"]["papers_program"]["bytes_per_row"]
+    assert last < first < ACCELERATORS["RTX6000"].usable_bytes < 29 * GiB
+    assert mass["status"] == "error" and "would have run, so this is a harness error" in mass["reason"]
+    assert t4["memory"]["papers_program"]["gpus"] == ["T4", "T4"] and t4["status"] == "oom"
+    assert t4["memory"]["papers_program"]["bytes_per_row"][0] > ACCELERATORS["T4"].usable_bytes

@@ -386,6 +386,71 @@ def test_a_trial_out_of_its_share_of_a_shared_gpu_is_recorded_as_a_harness_error
     assert big["status"] == "oom" and big["cluster"]["gpu_sharing"]
 
 
+def pipeshard_oom(slice_name: str, rows_gib, gpus) -> dict:
+    """Pipeshard out of memory on all VMs, its timed step not the paper's program, whose need per
+    GPU of each mesh row (compiled for `gpus`) is rows_gib (None: not analysed)."""
+    r = trial("Pipeshard", slice_name, [], rtt=RTT[slice_name], status="oom", need_gib=40.0)
+    r["memory"]["papers_program"] = {
+        "bytes_per_row": None if rows_gib is None else [int(g * 2**30) for g in rows_gib], "gpus": list(gpus),
+        "source": "XLA's GPU compiler, Pipeshard as Alpa compiles it", "reason": "no compiler" if rows_gib is None else None}
+    return records.validate(r)
+
+
+def test_out_of_memory_in_a_step_that_is_not_the_papers_program_is_the_x_only_where_that_program_is_too():
+    """Pipeshard's timed step is one program for what Alpa compiled as one per stage, and it may
+    need more. Where Alpa's stages fit their GPUs, its out of memory is a harness error, and C1
+    fails naming it; where a stage does not fit its own VM's GPU (the T4 of UTAH-GPN's second VM),
+    it is the paper's x; where that need is not known, it is no result."""
+    def c1(pipeshard):
+        recs = run_on([GPN], {"Data": [2.0] * 5, "ZeRO2": [3.0] * 5, "Shard": [9.0] * 5}) + [pipeshard]
+        return claims.c1_two_site(claims.Table(recs, given(GPN)))
+
+    fits = c1(pipeshard_oom(GPN, [18.8, 12.0], ["RTX6000", "T4"]))
+    assert fits.status == "not shown" and fits.crashed == [f"Pipeshard on {GPN} vm1+vm2"], fits.evidence
+    assert ("ran out of memory in its timed step (40.0 GiB per GPU), which is not the program the paper's stack "
+            "compiled: that program (XLA's GPU compiler, Pipeshard as Alpa compiles it) needs per GPU 18.8 GiB on the "
+            "RTX6000 (21.6 GiB usable), 12.0 GiB on the T4 (14.4 GiB usable), and would have run, so this is a harness "
+            "error") in fits.evidence[0], fits.evidence
+    assert check(fits, ())[0] == "failed"
+    # The same needs the other way round: the T4's stage is over its 14.4 GiB, so Alpa's ran out too.
+    t4_short = c1(pipeshard_oom(GPN, [12.0, 18.8], ["RTX6000", "T4"]))
+    assert not t4_short.crashed and t4_short.status == claims.CONTRADICTED, t4_short.evidence
+    assert claims.state(pipeshard_oom(GPN, [22.0], ["RTX6000"])) == "oom"
+    unknown = c1(pipeshard_oom(GPN, None, ["RTX6000", "T4"]))
+    assert unknown.crashed and "that program's need is unknown (no compiler)" in unknown.evidence[0]
+    assert "unknown GPU 'V100'" in claims.problem(pipeshard_oom(GPN, [1.0, 1.0], ["RTX6000", "V100"]))
+    assert "2 mesh rows and 1 GPUs" in claims.problem(pipeshard_oom(GPN, [1.0, 1.0], ["RTX6000"]))
+    # Without the field, a step that is the paper's program: the allocator's out of memory is the x.
+    plain = trial("Pipeshard", GPN, [], rtt=20.2, status="oom")
+    assert claims.state(plain) == "oom"
+
+
+def test_the_runner_records_what_alpas_stages_need_where_pipeshard_runs_out_of_memory():
+    """The runner's record of a trial out of memory on real (unshared) GPUs: Pipeshard's carries
+    its stages as Alpa compiles them, compiled for each VM's GPU, and the scale model's fit, so
+    the trial is a harness error; Data's timed step is the paper's program, and stays the x."""
+    from harness.core.config import Budget
+    from harness.runs import trials
+
+    sl = slices.load(TACC)
+
+    class OwnGPUs:  # the facts a cluster of real GPUs, one per device, gives a record
+        def facts(self, vms):
+            return {"network": {"mechanism": None}}
+
+    runner = trials.Runner(OwnGPUs(), [sl], Budget(model="scale-tiny"), memory_compiler="cpu")
+    _, allocator = records.failure(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7.53GiB"))
+    info = {"bytes_per_device": 30 * 2**30}
+    pipeshard = runner.record(trials.TrialResult(trials.Trial.on(sl, "Pipeshard"), info=info).fail("oom", allocator))
+    program = pipeshard["memory"]["papers_program"]
+    assert program["gpus"] == ["RTX6000", "T4"] and len(program["bytes_per_row"]) == 2
+    assert 0 < max(program["bytes_per_row"]) < 2**30 and program["source"].startswith("XLA's CPU compiler")
+    assert pipeshard["status"] == "error" and "would have run, so this is a harness error" in pipeshard["reason"]
+    assert allocator in pipeshard["reason"]
+    data = runner.record(trials.TrialResult(trials.Trial.on(sl, "Data"), info=info).fail("oom", allocator))
+    assert data["status"] == "oom" and "papers_program" not in data["memory"]
+
+
 def test_c7s_pick_is_excused_as_far_as_the_papers_own_scale_and_this_runs_overhead_reach():
     """The published algorithm's T per GPU already favours one VM at the paper's scale (the cost
     model on UTAH-GPN); a run whose Pipeshard carries more overhead than gpt2m's may fall short

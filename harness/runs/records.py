@@ -16,6 +16,7 @@ import jsonschema
 from harness import schemas
 from harness.core import flops
 from harness.errors import BadInput
+from harness.platform import hardware
 from harness.runs import environment
 
 SCHEMA_VERSION = 1
@@ -66,16 +67,23 @@ def failure(exc: BaseException) -> tuple[str, str]:
 
 def not_the_papers_x(record: dict, usable_bytes: int | None) -> str | None:
     """Why a trial's out of memory is not the paper's x, or None when it is. It must be the device
-    allocator's; and where emulated GPUs share a real one (cluster.gpu_sharing), each ran in a
-    share of it, so running out there is the paper's x only if the step needs more than the
-    modelled GPU's usable bytes (usable_bytes; None: the modelled GPU is unknown). A compile-only
-    analysis (no timing) says out of memory by that comparison itself."""
+    allocator's. Where the timed step is not the program the paper's stack compiled
+    (memory.papers_program), it is the paper's x only if that program needs more than some GPU's
+    usable memory: otherwise the paper's stack would have run where this step did not. And where
+    emulated GPUs share a real one (cluster.gpu_sharing), each ran in a share of it, so running
+    out there is the paper's x only if the step needs more than the modelled GPU's usable bytes
+    (usable_bytes; None: the modelled GPU is unknown). A compile-only analysis (no timing) says
+    out of memory by that comparison itself."""
     if record["status"] != "oom":
         return "not out of memory"
     if "compile only" in (record["memory"]["source"] or ""):
         return None
     if not ALLOCATOR_OOM.search(record["reason"] or ""):
         return f"not the device allocator's out of memory ({record['reason']})"
+    if "papers_program" in record["memory"]:
+        why = _papers_program_fits(record)
+        if why:
+            return why
     if not record["cluster"].get("gpu_sharing"):
         return None
     need = record["memory"]["bytes_per_device"]
@@ -87,6 +95,34 @@ def not_the_papers_x(record: dict, usable_bytes: int | None) -> str | None:
         return (f"ran out of its share of a shared GPU, needing {need / 2**30:.1f} GiB where the GPU it stands for "
                 f"has {usable_bytes / 2**30:.1f} GiB usable: a harness error")
     return None
+
+
+def _papers_program_fits(record: dict) -> str | None:
+    """Why the program the paper's stack compiled would have run where the record's step ran out
+    (each mesh row within its GPU's usable memory), or why that is not known; None where it too
+    runs out."""
+    program, what = record["memory"]["papers_program"], "the program the paper's stack compiled"
+    if program["bytes_per_row"] is None:
+        return f"ran out of memory in a step that is not {what}, and that program's need is unknown ({program['reason']})"
+    if len(program["gpus"]) != len(program["bytes_per_row"]):
+        return (f"ran out of memory in a step that is not {what}, whose need names {len(program['bytes_per_row'])} "
+                f"mesh rows and {len(program['gpus'])} GPUs")
+    rows = []
+    for need, gpu in zip(program["bytes_per_row"], program["gpus"]):
+        if gpu not in hardware.ACCELERATORS:
+            return f"ran out of memory in a step that is not {what}, compiled for an unknown GPU {gpu!r}"
+        usable = hardware.accelerator(gpu).usable_bytes
+        if need > usable:
+            return None
+        rows.append(f"{_size(need)} on the {gpu} ({usable / hardware.GiB:.1f} GiB usable)")
+    timed = record["memory"]["bytes_per_device"]
+    return (f"ran out of memory in its timed step{f' ({_size(timed)} per GPU)' if timed is not None else ''}, which is "
+            f"not {what}: that program ({program['source']}) needs per GPU {', '.join(rows)}, and would have run, "
+            "so this is a harness error")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / hardware.GiB:.1f} GiB" if nbytes >= hardware.GiB / 10 else f"{nbytes / 2**20:.1f} MiB"
 
 
 def dumps(record: dict) -> str:

@@ -12,17 +12,19 @@ that a caller (pytest-benchmark's pedantic mode) can time each round. The record
 median is the trial's step time, its spread the noise the claims weigh differences against. A
 trial that cannot be built or fails mid-way is a record with status oom or error (the paper's x).
 """
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
+from harness.analysis import gpu_compiler, memory
 from harness.backends.contract import Cluster, Failed, GroupLost
 from harness.core import data, train
-from harness.core.config import Budget, Technique, TrainConfig
+from harness.core.config import Budget, Setup, Technique, TrainConfig
 from harness.errors import BadInput
 from harness.platform.slices import Slice, one_shape
 from harness.runs import jobs, records
 from harness.runs.jobs import Job
-from harness.techniques import mesh_shape, technique_class
+from harness.techniques import ClusterShape, mesh_shape, technique_class
 from harness.techniques.contract import player
 
 ALL_VMS = "all"
@@ -84,15 +86,18 @@ class Runner:
     of each slice, and the trials' records. The cluster does the work."""
 
     def __init__(self, cluster: Cluster | None, slices: list[Slice], budget: Budget, calibration_trials: int = 0,
-                 held_out: float | None = None, schedule_steps: int | None = None, options: dict | None = None):
+                 held_out: float | None = None, schedule_steps: int | None = None, options: dict | None = None,
+                 memory_compiler: str = "auto"):
         """cluster: None for a runner that only makes trials' configurations and records (tests).
         calibration_trials: trials some technique runs before the sweep (harness.experiments.calibration),
         which the optimizer schedule spans. held_out: the fraction of the corpus every step keeps
         apart, never training on it, for held_out_loss (None: it trains on all of it).
         schedule_steps: the optimizer schedule's length where a caller trains longer than the
         sweep's trials (harness.experiments.time_to_loss). options: technique -> its options beyond
-        the budget's (DiLoCo's sync_every, say)."""
+        the budget's (DiLoCo's sync_every, say). memory_compiler: what compiles the paper's
+        program where a trial runs out of memory (papers_program): auto, cpu or gpu."""
         self.options = options or {}
+        self.memory_compiler = memory_compiler
         self.cluster, self.budget, self.held_out = cluster, budget, held_out
         self.slices = {sl.name: sl for sl in slices}  # the links the trials run on (set_slice changes them)
         self.paper_slices = dict(self.slices)  # the slices as given: the paper's links
@@ -295,6 +300,29 @@ class Runner:
         self.rtt_ms[name] = self.cluster.rtt_ms(first, last)
         self.current_slice = name
 
+    def papers_program(self, trial: Trial) -> dict | None:
+        """Where the trial's timed step is not the program the paper's stack compiled (its
+        technique's memory programs: Pipeshard's one per stage, as Alpa's), what that program needs
+        per GPU, compiled, not run, for the GPUs the trial's VMs stand for, by this run's memory
+        compiler (gpu_compiler.choose); None where the timed step is that program. Asked only of a
+        trial out of memory, whose x it decides (records.not_the_papers_x)."""
+        tech, shape = self.method(trial), ClusterShape(*self.shape(trial))
+        if tech.stage_programs(self.model_cfg, shape, self.train_config(trial)) is None:
+            return None
+        used = [vm.gpu for vm in self.paper_slices[trial.slice].vms if vm.name in self.vms_of(trial)]
+        gpus = used if len(used) == shape.hosts else used[:1] * shape.hosts  # stage i on the i-th VM, or all on one
+        setup = Setup(batch_per_gpu=self.budget.batch_per_gpu, micro_batches=self.budget.micro_batches)
+        try:
+            with gpu_compiler.choose(self.memory_compiler) or contextlib.nullcontext() as compiler:
+                need = (compiler.compiled_bytes(tech, self.model_cfg, shape, setup, gpus) if compiler
+                        else memory.compiled_bytes(tech, self.model_cfg, shape, setup))
+        except Exception as e:  # not known is not the paper's x: the trial is then a harness error
+            return {"bytes_per_row": None, "gpus": gpus, "source": None, "reason": records.failure(e)[1]}
+        rows = need.get("bytes_per_stage") or [need["bytes_per_device"]] * shape.hosts
+        compiler_name = "XLA's GPU compiler" if compiler else "XLA's CPU compiler (an estimate of a GPU's need)"
+        return {"bytes_per_row": rows, "gpus": gpus, "source": f"{compiler_name}, {need['plan'].splitlines()[0].rstrip(':')}",
+                "reason": None}
+
     def compute_shares(self, name: str) -> dict[str, float]:
         """Each VM's share of its cores on slice `name`: its GPU's speed (harness.backends.emulation.compute);
         empty where every VM computes at full speed."""
@@ -331,6 +359,9 @@ class Runner:
             # Only the allocator's out of memory on the GPU the VM stands for is the paper's x.
             paper = self.paper_slices[trial.slice]
             usable = min(vm.accelerator.usable_bytes for vm in paper.vms if vm.name in vms)
+            program = self.papers_program(trial)
+            if program is not None:
+                record = records.validate({**record, "memory": {**record["memory"], "papers_program": program}})
             why = records.not_the_papers_x(record, usable)
             if why:
                 record = records.validate({**record, "status": "error", "reason": f"{why}: {record['reason']}"})

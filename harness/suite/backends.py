@@ -127,7 +127,8 @@ def _live(config, log, budget):
             cluster = stack.enter_context(ray_clusters.live(inv, strict_link=options.run_config(config).strict_link))
         except ray_clusters.LinkOff as e:
             pytest.exit(f"--strict-link: the slice's link is not its slice file's: {e}", returncode=3)
-        yield Backend("live", trials.Runner(cluster, [inv.slice], budget), [inv.slice], _live_trials(config))
+        runner = trials.Runner(cluster, [inv.slice], budget, memory_compiler=options.run_config(config).memory_compiler)
+        yield Backend("live", runner, [inv.slice], _live_trials(config))
 
 
 @register("emulated-cpu", "the Table I slices as network namespaces, the CPU scale model", options.emulated_trials)
@@ -161,7 +162,8 @@ def _emulated(config, log, budget, platform: str):
     extra = calibration.extra_trials(chosen) if scaled else 0
     buffers = calibration.tcp_buffer_bytes(model_config(budget.model), chosen[0]) if scaled else None
     with ray_clusters.emulated(chosen, platform=platform, tcp_buffer_bytes=buffers, gpu_speeds=speeds) as cluster:
-        runner = trials.Runner(cluster, chosen, budget, calibration_trials=extra)
+        runner = trials.Runner(cluster, chosen, budget, calibration_trials=extra,
+                               memory_compiler=options.run_config(config).memory_compiler)
         keep = log.add_calibration if log is not None else (lambda record: None)
         scaling = calibration.apply(runner, mode, keep)
         if log is not None:
@@ -188,7 +190,8 @@ def _local(config, log, budget):
 
     sl = options.claim_slices(config)[0]
     with local.local(sl) as cluster:
-        yield Backend("local", trials.Runner(cluster, [sl], budget), [sl], local_trials(config))
+        runner = trials.Runner(cluster, [sl], budget, memory_compiler=options.run_config(config).memory_compiler)
+        yield Backend("local", runner, [sl], local_trials(config))
 
 
 @pytest.fixture(scope="module")

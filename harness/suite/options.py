@@ -62,7 +62,8 @@ def add_options(parser) -> None:
     g.addoption("--memory-models", default=None, metavar="LIST",
                 help=f"paper-scale models for the memory claims (default: {','.join(d.memory_models)})")
     g.addoption("--memory-compiler", default=None, choices=MEMORY_COMPILERS,
-                help="the compiler whose memory analysis judges C4: cpu, XLA's CPU compiler; gpu, XLA's GPU compiler "
+                help="the compiler whose memory analysis judges C4, and whether a trial's out of memory in a step that is not "
+                     "the paper's program (Pipeshard's) is the paper's x: cpu, XLA's CPU compiler; gpu, XLA's GPU compiler "
                      "for each slice's own GPUs, no GPU needed (python -m harness.analysis.gpu_compiler install); "
                      f"auto: gpu on a machine with a GPU, cpu elsewhere (default: {d.memory_compiler})")
     g.addoption("--report-dir", default=os.environ.get(REPORT_ENV), metavar="DIR",
