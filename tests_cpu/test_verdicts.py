@@ -420,6 +420,10 @@ def test_out_of_memory_in_a_step_that_is_not_the_papers_program_is_the_x_only_wh
     assert unknown.crashed and "that program's need is unknown (no compiler)" in unknown.evidence[0]
     assert "unknown GPU 'V100'" in claims.problem(pipeshard_oom(GPN, [1.0, 1.0], ["RTX6000", "V100"]))
     assert "2 mesh rows and 1 GPUs" in claims.problem(pipeshard_oom(GPN, [1.0, 1.0], ["RTX6000"]))
+    empty = pipeshard_oom(GPN, [1.0], ["RTX6000"])
+    empty["memory"]["papers_program"]["gpus"] = []
+    with pytest.raises(records.InvalidRecord, match="memory/papers_program/gpus"):
+        records.validate(empty)
     # Without the field, a step that is the paper's program: the allocator's out of memory is the x.
     plain = trial("Pipeshard", GPN, [], rtt=20.2, status="oom")
     assert claims.state(plain) == "oom"
