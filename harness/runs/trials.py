@@ -319,9 +319,9 @@ class Runner:
         except Exception as e:  # not known is not the paper's x: the trial is then a harness error
             return {"bytes_per_row": None, "gpus": gpus, "source": None, "reason": records.failure(e)[1]}
         rows = need.get("bytes_per_stage") or [need["bytes_per_device"]] * shape.hosts
-        compiler_name = "XLA's GPU compiler" if compiler else "XLA's CPU compiler (an estimate of a GPU's need)"
-        return {"bytes_per_row": rows, "gpus": gpus, "source": f"{compiler_name}, {need['plan'].splitlines()[0].rstrip(':')}",
-                "reason": None}
+        by = "XLA's GPU compiler" if compiler else "XLA's CPU compiler (an estimate of a GPU's need)"
+        program = need["plan"].splitlines()[0].rstrip(":")
+        return {"bytes_per_row": rows, "gpus": gpus, "source": f"{by}, {program}", "reason": None}
 
     def compute_shares(self, name: str) -> dict[str, float]:
         """Each VM's share of its cores on slice `name`: its GPU's speed (harness.backends.emulation.compute);
