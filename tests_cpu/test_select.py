@@ -35,3 +35,33 @@ def test_eps_is_counted_in_steps_of_the_all_vm_batch():
     assert steps_for(Namespace(eps=0.05, steps=5, model="scale-small"), sl) == max(5, math.ceil(0.05 * per_epoch))
     assert steps_for(Namespace(eps=1e-6, steps=5, model="scale-small"), sl) == 5  # never below 5 timed steps
     assert steps_for(Namespace(eps=None, steps=7, model="scale-small"), sl) == 7
+
+
+@pytest.mark.parametrize("pipeshard", ["oom", "error"])
+def test_a_crashed_trial_decides_nothing_where_out_of_memory_is_a_failed_run(pipeshard, tmp_path):
+    """Algorithm 1 counts a run that failed, out of memory (the paper's x), as T = 0. A crash is no
+    measurement: the trials stop the algorithm, naming the trial and why, instead of feeding it a 0."""
+    from harness.experiments import measured_selection
+    from harness.platform import slices
+    from tests_cpu.claim_records import trial
+
+    sl = slices.load("UTAH-GPN")
+
+    class Ran:  # a runner whose trials have run: it hands back their records
+        def measure(self, t, keep):
+            status = pipeshard if t.technique == "Pipeshard" else "ok"
+            r = trial(t.technique, sl.name, [1.0] * 5, vms=("vm1", "vm2") if t.vms == "all" else (t.vms,),
+                      status=status)
+            keep(r)
+            return r
+
+    measure = measured_selection.Trials(Ran(), sl, tmp_path / "results.jsonl")
+    if pipeshard == "oom":
+        decision = measured_selection.decide(measure, ["published"], 0.1)[0]
+        assert decision["technique"] is not None and decision["technique"] != "Pipeshard"
+        assert {(t["technique"], t["T"]) for t in measured_selection.trial_table(measure)} >= {("Pipeshard", 0.0)}
+        return
+    with pytest.raises(measured_selection.TrialCrashed,
+                       match=r"Pipeshard on vm1\+vm2 crashed, so Algorithm 1 decides nothing: RuntimeError: worker died"):
+        measured_selection.decide(measure, ["published"], 0.1)
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 1  # the crash is kept all the same

@@ -89,7 +89,8 @@ def run(args) -> tuple[int, dict]:
     out = parent / run_id
     out.mkdir(exist_ok=True)
     result = {"run_id": run_id, "report_dir": str(out), "slice": sl.name, "model": args.model, "delta": args.delta,
-              "steps_per_trial": budget.repeats, "interrupted": False, "decisions": [], "trials": [], "beyond_paper": []}
+              "steps_per_trial": budget.repeats, "interrupted": False, "crashed": None, "decisions": [], "trials": [],
+              "beyond_paper": []}
     status, measure = 0, None
     try:
         with ray_clusters.emulated([sl]) as cluster:
@@ -101,6 +102,8 @@ def run(args) -> tuple[int, dict]:
                 result["beyond_paper"] = beyond_paper(measure, result["decisions"], factor)
     except KeyboardInterrupt:
         result["interrupted"], status = True, INTERRUPTED
+    except measured_selection.TrialCrashed as e:  # a crash is no result: the decision is not made
+        result["crashed"], status = str(e), 1
     result["trials"] = measured_selection.trial_table(measure) if measure else []
     skipped = {(x["technique"], tuple(x["vms"])) for d in result["decisions"] for x in d["trials"] if x.get("skipped")}
     result["planner"] = {"on": args.planner, "margin": args.margin,
@@ -126,6 +129,8 @@ def summary(result: dict) -> str:
              f"{len(result['trials'])} trials, report in {result['report_dir']}"]
     if result["interrupted"]:
         lines.append("  interrupted: the trials run so far are in results.jsonl")
+    if result["crashed"]:
+        lines.append(f"  no decision: {result['crashed']}")
     for d in result["decisions"]:
         answer = f"{d['technique']} on {'+'.join(d['vms'])}" if d["technique"] else "none (needs more GPU memory)"
         lines += [f"  {d['mode']:9}: {answer}", f"             because {d['rule']}"]

@@ -8,14 +8,20 @@ from pathlib import Path
 from harness.analysis import costmodel
 from harness.core import flops
 from harness.core.config import Budget, Setup, model_config
-from harness.paper import selection
+from harness.paper import claims, selection
 from harness.platform import slices
 from harness.runs import records, trials
 
 
+class TrialCrashed(Exception):
+    """A trial the algorithm asked for crashed: its T is no measurement, so no decision is made
+    (only the paper's x, the allocator's out of memory, is a failed run's T = 0)."""
+
+
 class Trials:
     """measure(technique, vms) for harness.paper.selection: trains the trial on the emulated slice and
-    returns its T; every record lands in results.jsonl at once, an interrupted one too."""
+    returns its T; every record lands in results.jsonl at once, an interrupted one too. A trial
+    that crashed raises TrialCrashed."""
 
     def __init__(self, runner: trials.Runner, sl: slices.Slice, results: Path):
         self.runner, self.slice, self.results = runner, sl, results
@@ -30,7 +36,11 @@ class Trials:
             self.records[key] = record
             print(f"select: {trial.label}: {record['status']}, T = {selection.average_tflops(record):.4g} "
                   f"TFLOP/s per GPU", file=sys.stderr, flush=True)
-        return selection.average_tflops(self.records[key])
+        record = self.records[key]
+        why = None if record["status"] == "oom" else claims.problem(record)  # the runner judged its x already
+        if why:
+            raise TrialCrashed(f"{technique} on {'+'.join(vms)} crashed, so Algorithm 1 decides nothing: {why}")
+        return selection.average_tflops(record)
 
 
 def decide(measure: Trials, modes: list[str], delta: float, predicted=None, margin: float = 0.3) -> list[dict]:
