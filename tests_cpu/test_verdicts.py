@@ -11,6 +11,7 @@ import re
 import pytest
 
 from harness.core.config import Technique
+from harness.errors import BadInput
 from harness.experiments import report
 from harness.paper import claims, deviations, limits
 from harness.platform import slices
@@ -453,6 +454,8 @@ def test_the_runner_records_what_alpas_stages_need_where_pipeshard_runs_out_of_m
     assert allocator in pipeshard["reason"]
     data = runner.record(trials.TrialResult(trials.Trial.on(sl, "Data"), info=info).fail("oom", allocator))
     assert data["status"] == "oom" and "papers_program" not in data["memory"]
+    with pytest.raises(BadInput, match="memory_compiler must be one of auto, cpu, gpu, got 'tpu'"):
+        trials.Runner(OwnGPUs(), [sl], Budget(model="scale-tiny"), memory_compiler="tpu")
 
 
 def test_c7s_pick_is_excused_as_far_as_the_papers_own_scale_and_this_runs_overhead_reach():

@@ -96,6 +96,8 @@ class Runner:
         sweep's trials (harness.experiments.time_to_loss). options: technique -> its options beyond
         the budget's (DiLoCo's sync_every, say). memory_compiler: what compiles the paper's
         program where a trial runs out of memory (papers_program): auto, cpu or gpu."""
+        if memory_compiler not in gpu_compiler.COMPILERS:
+            raise BadInput(f"memory_compiler must be one of {', '.join(gpu_compiler.COMPILERS)}, got {memory_compiler!r}")
         self.options = options or {}
         self.memory_compiler = memory_compiler
         self.cluster, self.budget, self.held_out = cluster, budget, held_out
