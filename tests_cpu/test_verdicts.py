@@ -458,6 +458,34 @@ def test_the_runner_records_what_alpas_stages_need_where_pipeshard_runs_out_of_m
         trials.Runner(OwnGPUs(), [sl], Budget(model="scale-tiny"), memory_compiler="tpu")
 
 
+def test_a_ctrl_c_while_the_papers_program_compiles_keeps_the_trials_record(monkeypatch):
+    """Compiling Alpa's stages for a trial out of memory takes seconds: the user's Ctrl-C then
+    still leaves the trial's record, interrupted, and goes on."""
+    from harness.backends.contract import Failed
+    from harness.core.config import Budget
+    from harness.runs import trials
+
+    sl = slices.load(TACC)
+
+    class OutOfMemory:  # a cluster whose workers' build answers with the allocator's out of memory
+        one_group_at_a_time = False
+
+        def build(self, vms, key, job, steps):
+            raise Failed(*records.failure(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7GiB")))
+
+        def facts(self, vms):
+            return {"network": {"mechanism": None}}
+
+    def ctrl_c(compiler):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trials.gpu_compiler, "choose", ctrl_c)
+    runner, kept = trials.Runner(OutOfMemory(), [sl], Budget(model="scale-tiny")), []
+    with pytest.raises(KeyboardInterrupt):
+        runner.measure(trials.Trial.on(sl, "Pipeshard"), kept.append)
+    assert [(r["technique"], r["status"], r["reason"]) for r in kept] == [("Pipeshard", "error", "interrupted by the user")]
+
+
 def test_c7s_pick_is_excused_as_far_as_the_papers_own_scale_and_this_runs_overhead_reach():
     """The published algorithm's T per GPU already favours one VM at the paper's scale (the cost
     model on UTAH-GPN); a run whose Pipeshard carries more overhead than gpt2m's may fall short

@@ -228,7 +228,7 @@ class Runner:
         """Prepare the trial and time its steps (time_steps(result); by default `repeats` calls of
         step). Its record goes to keep(record) and is returned, also when the trial fails; when the
         user interrupts it, the record so far goes to keep and the interrupt goes on."""
-        result = TrialResult(trial)
+        result, interrupted = TrialResult(trial), None
         try:
             result = self.prepare(trial)
             if result.status == "ok":
@@ -239,10 +239,16 @@ class Runner:
         except Failed as e:
             result.fail(e.status, e.reason)
         except KeyboardInterrupt as e:
-            keep(self.record(result.fail(*records.failure(e))))
-            raise
-        record = self.record(result)
+            interrupted = e
+            result.fail(*records.failure(e))
+        try:
+            record = self.record(result)
+        except KeyboardInterrupt as e:  # while an out of memory compiled the paper's program (papers_program)
+            interrupted = e
+            record = self.record(result.fail(*records.failure(e)))
         keep(record)
+        if interrupted is not None:
+            raise interrupted
         return record
 
     def held_out_loss(self, trial: Trial) -> float:
