@@ -180,3 +180,8 @@ def test_the_model_must_name_the_fastest_and_slowest_as_measured_beyond_the_nois
                                         else r for r in recs])
     missed = costmodel_check.extremes_missed(slow, "UTAH-GPN")
     assert len(missed) == 2 and "fastest is Pipeshard" in missed[0] and "slowest is Shard" in missed[1]
+    # Every trial on all of UTAH-GPN's VMs gone (crashed trials are no rows): not checked is named, not passed.
+    gone = _shipped_check(lambda recs: [r for r in recs if not (r["cluster"]["slice"] == "UTAH-GPN"
+                                                                 and r["cluster"]["hosts"] > 1)])
+    assert costmodel_check.extremes_missed(gone, "UTAH-GPN") == [
+        "UTAH-GPN: 0 trial(s) on all VMs judged, so the model's fastest and slowest are not checked"]

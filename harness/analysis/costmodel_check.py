@@ -242,6 +242,9 @@ def extremes_missed(result: dict, slice_name: str) -> list[str]:
     """Where the model names another fastest or slowest technique on all VMs of the slice than was
     measured, and the two measured apart beyond their noise (each one's band, summed)."""
     rows = [x for x in result["rows"] if x["slice"] == slice_name and x["all_vms"]]
+    if len(rows) < 2:  # crashed or missing trials are no rows: nothing to rank is no check passed
+        return [f"{slice_name}: {len(rows)} trial(s) on all VMs judged, so the model's fastest and slowest "
+                "are not checked"]
     missed = []
     for word, pick in (("fastest", min), ("slowest", max)):
         measured, predicted = pick(rows, key=lambda x: x["measured_s"]), pick(rows, key=lambda x: x["predicted_s"])
