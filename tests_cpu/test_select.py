@@ -62,6 +62,20 @@ def test_a_crashed_trial_decides_nothing_where_out_of_memory_is_a_failed_run(pip
         assert {(t["technique"], t["T"]) for t in measured_selection.trial_table(measure)} >= {("Pipeshard", 0.0)}
         return
     with pytest.raises(measured_selection.TrialCrashed,
-                       match=r"Pipeshard on vm1\+vm2 crashed, so Algorithm 1 decides nothing: RuntimeError: worker died"):
+                       match=r"Pipeshard on vm1\+vm2 crashed: RuntimeError: worker died"):
         measured_selection.decide(measure, ["published"], 0.1)
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 1  # the crash is kept all the same
+
+
+def test_the_summary_says_whether_a_crash_stopped_the_decision_or_only_the_comparison_beyond_it():
+    from harness.commands.select import summary
+
+    result = {"slice": "UTAH-GPN", "model": "scale-small", "delta": 0.1, "report_dir": "r", "interrupted": False,
+              "crashed": "Pipeshard on vm1+vm2 crashed: RuntimeError: worker died", "decisions": [], "trials": [],
+              "beyond_paper": [], "planner": {"on": False}}
+    assert "  no decision: Pipeshard on vm1+vm2 crashed: RuntimeError: worker died" in summary(result).splitlines()
+    decided = {"mode": "published", "technique": "Data", "vms": ["vm2"], "rule": "step 5"}
+    result.update(decisions=[decided], crashed="DiLoCo on vm1+vm2 crashed: RuntimeError: worker died")
+    lines = summary(result).splitlines()
+    assert "  beyond the paper: not compared: DiLoCo on vm1+vm2 crashed: RuntimeError: worker died" in lines
+    assert "  published: Data on vm2" in lines

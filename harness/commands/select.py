@@ -129,8 +129,8 @@ def summary(result: dict) -> str:
              f"{len(result['trials'])} trials, report in {result['report_dir']}"]
     if result["interrupted"]:
         lines.append("  interrupted: the trials run so far are in results.jsonl")
-    if result["crashed"]:
-        lines.append(f"  no decision: {result['crashed']}")
+    if result["crashed"]:  # before the decisions, or in DiLoCo's run beyond the paper after them
+        lines.append(f"  {'beyond the paper: not compared' if result['decisions'] else 'no decision'}: {result['crashed']}")
     for d in result["decisions"]:
         answer = f"{d['technique']} on {'+'.join(d['vms'])}" if d["technique"] else "none (needs more GPU memory)"
         lines += [f"  {d['mode']:9}: {answer}", f"             because {d['rule']}"]

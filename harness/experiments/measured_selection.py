@@ -39,7 +39,7 @@ class Trials:
         record = self.records[key]
         why = None if record["status"] == "oom" else claims.problem(record)  # the runner judged its x already
         if why:
-            raise TrialCrashed(f"{technique} on {'+'.join(vms)} crashed, so Algorithm 1 decides nothing: {why}")
+            raise TrialCrashed(f"{technique} on {'+'.join(vms)} crashed: {why}")
         return selection.average_tflops(record)
 
 
