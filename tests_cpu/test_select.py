@@ -1,4 +1,5 @@
-"""`python -m harness select`: bad input is named before anything starts; --eps becomes a step budget.
+"""`python -m harness select`: bad input is named before anything starts; --eps becomes a step budget;
+a crashed trial decides nothing, where out of memory is a failed run's T = 0.
 
 Its decisions over real trials are tested on the claims' cluster (test_claims.py), through the
 same code the command runs once it has brought its own emulated slice up with ray_clusters.emulated,
