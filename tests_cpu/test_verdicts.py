@@ -432,8 +432,8 @@ def test_out_of_memory_in_a_step_that_is_not_the_papers_program_is_the_x_only_wh
 
 def test_the_runner_records_what_alpas_stages_need_where_pipeshard_runs_out_of_memory():
     """The runner's record of a trial out of memory on real (unshared) GPUs: Pipeshard's carries
-    its stages as Alpa compiles them, compiled for each VM's GPU, and the scale model's fit, so
-    the trial is a harness error; Data's timed step is the paper's program, and stays the x."""
+    what its stages as Alpa compiles them need on each VM's GPU; the scale model's stages fit, so
+    the trial is a harness error. Data's timed step is the paper's program, and its stays the x."""
     from harness.core.config import Budget
     from harness.runs import trials
 
