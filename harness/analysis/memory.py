@@ -94,6 +94,19 @@ def compiled_bytes(tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup, ro
     return result
 
 
+def gpus_of_rows(gpus: list[str], hosts: int) -> list[str]:
+    """The GPU each mesh row is compiled for, from the GPUs of the VMs used: row i is the i-th VM,
+    or, where the rows are stages on one VM, that VM."""
+    return list(gpus) if hosts == len(gpus) else list(gpus[:1]) * hosts
+
+
+def compiled_with(compiler, tech, model_cfg: GPTConfig, shape: ClusterShape, a: Setup, rows: list[str]) -> dict:
+    """compiled_bytes by a gpu_compiler.GpuCompiler for the rows' GPUs, or by XLA's CPU compiler (None)."""
+    if compiler:
+        return compiler.compiled_bytes(tech, model_cfg, shape, a, rows)
+    return compiled_bytes(tech, model_cfg, shape, a)
+
+
 def _bytes(step, args, on_cpu: bool = True) -> int:
     # LLVM's optimisation level is a CPU compiler option; the GPU compiler keeps its defaults.
     return train.needed_bytes(step.lower(*args).compile(COMPILE_ONLY if on_cpu else None))
@@ -118,15 +131,13 @@ def analyse(sl: Slice, model_cfg: GPTConfig, gpus: int, a: Setup, techniques=tup
         for name in techniques:
             tech = technique_class(name).configured(a, sl, vms)
             mesh_shape = tech.mesh(shape)
-            # Mesh row i is the i-th VM used, or, on one VM, one of its stages.
-            row_gpus = [vm.gpu for vm in used] if mesh_shape.hosts == len(used) else [used[0].gpu] * mesh_shape.hosts
+            rows = gpus_of_rows([vm.gpu for vm in used], mesh_shape.hosts)
             # What the programs depend on: the technique as configured, and the batch it compiles for.
             key = (tech.name, model_cfg, mesh_shape, tech.memory_key(), a.batch_per_gpu,
-                   tuple(row_gpus) if compiler else None)
+                   tuple(rows) if compiler else None)
             try:
                 if key not in compiled:
-                    compiled[key] = (compiler.compiled_bytes(tech, model_cfg, mesh_shape, a, row_gpus) if compiler
-                                     else compiled_bytes(tech, model_cfg, mesh_shape, a))
+                    compiled[key] = compiled_with(compiler, tech, model_cfg, mesh_shape, a, rows)
                 result = copy.deepcopy(compiled[key])  # records are the caller's to change
             except Exception as e:  # a plan that cannot be built is a failed trial, not a crash
                 status, reason = records.failure(e)

@@ -318,12 +318,11 @@ class Runner:
         if tech.stage_programs(self.model_cfg, shape, self.train_config(trial)) is None:
             return None
         used = [vm.gpu for vm in self.paper_slices[trial.slice].vms if vm.name in self.vms_of(trial)]
-        gpus = used if len(used) == shape.hosts else used[:1] * shape.hosts  # stage i on the i-th VM, or all on one
+        gpus = memory.gpus_of_rows(used, shape.hosts)
         setup = Setup(batch_per_gpu=self.budget.batch_per_gpu, micro_batches=self.budget.micro_batches)
         try:
             with gpu_compiler.choose(self.memory_compiler) or contextlib.nullcontext() as compiler:
-                need = (compiler.compiled_bytes(tech, self.model_cfg, shape, setup, gpus) if compiler
-                        else memory.compiled_bytes(tech, self.model_cfg, shape, setup))
+                need = memory.compiled_with(compiler, tech, self.model_cfg, shape, setup, gpus)
         except Exception as e:  # not known is not the paper's x: the trial is then a harness error
             return {"bytes_per_row": None, "gpus": gpus, "source": None, "reason": records.failure(e)[1]}
         rows = need.get("bytes_per_stage") or [need["bytes_per_device"]] * shape.hosts
