@@ -38,6 +38,8 @@ TOLERANCE = 2.0
 # A group under this on both sides (a twentieth of the compute) counts as matched whatever the
 # factor: it is within the noise of a step, too small to reorder anything.
 NEGLIGIBLE = 0.05
+# Points per axis of the grid the link's search starts from (RTT and rate, on their logarithms).
+GRID_POINTS = 9
 
 
 def groups(technique: str, sl: Slice, cfg: GPTConfig, setup: Setup, net: Network | None = None,
@@ -95,6 +97,13 @@ class Scaled:
         of them has the group and the other none of it."""
         return factor((model or self.model)[technique][group], self.target[technique][group])
 
+    def distance(self, model: dict | None = None) -> tuple[int, float]:
+        """How far groups (the scale model's on the chosen link, by default) are from the paper's:
+        the matched groups one side has and the other lacks, then the squared log-factors of the
+        others, what `scale` minimises. Compare two as tuples: fewer missing groups first."""
+        ratios = [self.ratio(t, g, model) for t in self.target for g in MATCHED]
+        return (sum(not math.isfinite(r) for r in ratios), sum(math.log(r) ** 2 for r in ratios if math.isfinite(r)))
+
     def worst_ratio(self, group: str) -> float:
         """The largest factor between a technique's group here and at paper scale; infinite where
         the paper has the group and the scale model has none of it, or where nothing compares."""
@@ -139,11 +148,24 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
     bounds = [tuple(math.log(b) for b in rtt_ms), tuple(math.log(b) for b in rate)]
     if sl.rtt_ms <= 0:  # one site, no delay to scale: the rate alone
         bounds[0] = (math.log(rtt_ms[0]),) * 2
-    start = [min(max(math.log(max(sl.rtt_ms, rtt_ms[0])), bounds[0][0]), bounds[0][1]),
-             min(max(math.log(net.link_bytes_per_s), bounds[1][0]), bounds[1][1])]
-    best = scipy.optimize.minimize(error, start, method="Powell", bounds=bounds, options={"xtol": 1e-3})
-    at, link = model_at(best.x)
+    own = (min(max(math.log(max(sl.rtt_ms, rtt_ms[0])), bounds[0][0]), bounds[0][1]),
+           min(max(math.log(net.link_bytes_per_s), bounds[1][0]), bounds[1][1]))
+    # The groups jump where a flow's window stops covering the link's bandwidth-delay product, so
+    # the error has steps: Powell started on the slice's own link has ended further off than it
+    # started, and started elsewhere it settles in another basin. So it runs from the own link and
+    # from the best point of a grid over the bounds, and the best point seen is the link.
+    grid = [(r, b) for r in _spaced(bounds[0]) for b in _spaced(bounds[1])]
+    starts = [own, min(grid, key=error)]
+    ends = [tuple(scipy.optimize.minimize(error, x, method="Powell", bounds=bounds, options={"xtol": 1e-3}).x)
+            for x in starts]
+    at, link = model_at(min(starts + ends, key=error))
     return on_link(sl, paper_cfg, paper_setup, cfg, setup, net, devices, at.rtt_ms, link.link_bytes_per_s, techniques)
+
+
+def _spaced(bounds: tuple[float, float]) -> list[float]:
+    """GRID_POINTS evenly spaced from one bound to the other (one point where they meet)."""
+    lo, hi = bounds
+    return [lo] if hi <= lo else [lo + (hi - lo) * i / (GRID_POINTS - 1) for i in range(GRID_POINTS)]
 
 
 def on_link(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, setup: Setup, net: Network,
