@@ -14,6 +14,16 @@ from harness.suite import options
 # Four CPU devices in the test process, so that one process can play a 1x4, 2x2 or 4x1 cluster.
 # Set before JAX is imported anywhere; it has no effect on GPU backends.
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
+# With several devices in one process, XLA's CPU runtime can deadlock a step. A device runs two
+# of its collectives at once, and the threads waiting in them fill the runtime's thread pool, so
+# the device they wait for gets no thread. After 40 s XLA aborts the whole process
+# ("Termination timeout for ... RendezvousKey"), which CI saw as "Fatal Python error: Aborted".
+# With Eigen's multithreading off, no deadlock has been seen. The emulated VMs' workers do not
+# take this flag (harness.backends.local and ray_nodes drop XLA_FLAGS): each VM is its own
+# process with its own settings. tests_cpu/test_techniques.py::test_a_one_process_cluster_pinned_to_one_core_never_deadlocks
+ONE_PROCESS_CLUSTER_FLAG = "--xla_cpu_multi_thread_eigen=false"
+if ONE_PROCESS_CLUSTER_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {ONE_PROCESS_CLUSTER_FLAG}".strip()
 # On a GPU, this process takes memory as it needs it instead of 75% of it at its first look at
 # the devices: emulated VMs' worker processes share the GPU with it (harness/backends/layout.py).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

@@ -3,6 +3,10 @@ the communication structure of their definitions, read from the compiled HLO. (I
 test_cluster_local.py; through Ray on the emulated link: the claims suite's trials.)"""
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -150,6 +154,33 @@ def test_shard_with_tensor_parallel_plan_matches(packed, reference):
     plan = IntraOpPlan(data=(2, 1), tensor=(1, 2), shard_optimizer=True)
     np.testing.assert_allclose(run_in_process("Shard", MODEL, (2, 2), packed, plan=plan),
                                reference[MODEL.name + "True"], rtol=RTOL)
+
+
+# Without conftest.ONE_PROCESS_CLUSTER_FLAG, on one core beside a busy process, 3 runs of 3
+# deadlocked within their first 200 steps (on a quiet core, none did in 1000).
+DEADLOCK_STEPS = 300
+# A rendezvous that waits this long is a deadlock (XLA's default is 40 s): healthy waits, even
+# beside a busy core, took under a second.
+DEADLOCK_WAIT_S = 60
+
+
+def test_a_one_process_cluster_pinned_to_one_core_never_deadlocks():
+    """The flags this process runs with (conftest.py) keep XLA's CPU runtime from deadlocking the
+    tensor-parallel step on a busy core; a deadlock aborts the child, with XLA's message on its
+    stderr."""
+    core = min(os.sched_getaffinity(0))
+    busy = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_collective_call_terminate_timeout_seconds={DEADLOCK_WAIT_S}"
+        env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4"}
+        done = subprocess.run([sys.executable, "-m", "tests_cpu.one_core_steps", str(core), str(DEADLOCK_STEPS)],
+                              env=env, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=900)
+    finally:
+        busy.kill()
+        busy.wait()
+    stuck = [line for line in done.stderr.splitlines() if "Termination timeout" in line]
+    assert done.returncode == 0, f"exit {done.returncode}: {(stuck or done.stderr.splitlines()[-3:] or ['no stderr'])[0]}"
+    assert done.stdout.startswith(f"{DEADLOCK_STEPS} steps")
 
 
 # ---- structure, read from the compiled HLO of a 2x2 cluster (device i is on VM i // 2) ----

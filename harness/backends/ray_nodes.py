@@ -66,7 +66,9 @@ class RayCluster:
                                gpu_shares or {net.slice.name: {vm.name: 1.0 for vm in net.slice.vms}})
         # What a process needs to join this cluster (Ray reads RAY_AUTH_TOKEN before any token file).
         self.auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-        self.env = {**os.environ, **self.auth}
+        # An emulated VM is a machine of its own: its nodes (and so its workers) do not take the
+        # XLA settings of the process that starts them, as harness.backends.local's workers do not.
+        self.env = {k: v for k, v in {**os.environ, **self.auth}.items() if k != "XLA_FLAGS"}
 
     def __enter__(self) -> "RayCluster":
         self.quotas.__enter__()
