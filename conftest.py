@@ -15,12 +15,13 @@ from harness.suite import options
 # Set before JAX is imported anywhere; it has no effect on GPU backends.
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 # With several devices in one process, XLA's CPU runtime can deadlock a step. A device runs two
-# of its collectives at once, and the threads waiting in them fill the runtime's thread pool, so
-# the device they wait for gets no thread. After 40 s XLA aborts the whole process
+# of its collectives at once and, as the stuck threads suggest, the threads waiting in them leave
+# the device they wait for without a thread to run on. After 40 s XLA aborts the whole process
 # ("Termination timeout for ... RendezvousKey"), which CI saw as "Fatal Python error: Aborted".
-# With Eigen's multithreading off, no deadlock has been seen. The emulated VMs' workers do not
-# take this flag (harness.backends.local and ray_nodes drop XLA_FLAGS): each VM is its own
-# process with its own settings. tests_cpu/test_techniques.py::test_a_one_process_cluster_pinned_to_one_core_never_deadlocks
+# With Eigen's multithreading off, no deadlock has been seen
+# (tests_cpu/test_techniques.py::test_a_one_process_cluster_pinned_to_one_core_never_deadlocks).
+# The emulated VMs' workers do not take this flag: harness.backends.local and ray_nodes drop
+# XLA_FLAGS, so each VM's processes keep XLA's defaults (tests_cpu/test_emulation.py).
 ONE_PROCESS_CLUSTER_FLAG = "--xla_cpu_multi_thread_eigen=false"
 if ONE_PROCESS_CLUSTER_FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {ONE_PROCESS_CLUSTER_FLAG}".strip()

@@ -156,6 +156,25 @@ def test_actor_pinned_to_vm2_sees_vm2s_address(ray_cluster):
     assert ray_cluster.drive({"do": "where"}) == {"vm1": "198.18.0.1", "vm2": "198.18.0.2"}
 
 
+def test_the_vms_ray_nodes_take_no_xla_flags_of_the_process_that_starts_them(ray_cluster):
+    """This process runs its one-process clusters with XLA flags of its own (conftest.py); an
+    emulated VM's raylet, and so every worker it starts, must not inherit them."""
+    assert "XLA_FLAGS" in os.environ
+    temps = [str(t) for t in ray_cluster.temp.values()]
+    raylets = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            environ = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # not a process, or one that ended meanwhile
+            continue
+        if argv and argv[0].endswith("raylet") and any(t in " ".join(argv) for t in temps):
+            raylets[proc.name] = environ
+    assert len(raylets) == len(temps), f"raylets found: {len(raylets)}, VMs: {len(temps)}"
+    flagged = [pid for pid, environ in raylets.items() if any(v.startswith("XLA_FLAGS=") for v in environ)]
+    assert not flagged, f"raylets (pids {flagged}) took this process's XLA_FLAGS"
+
+
 def test_a_driver_without_the_clusters_token_is_refused(ray_cluster):
     """The same driver as in the tests above, from the same place, less the token. Both give the
     GCS 3 tries instead of Ray's 20 (a second each, RAY_NUM_REDIS_GET_RETRIES): the one with the
