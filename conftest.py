@@ -20,7 +20,7 @@ os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 # ("Termination timeout for ... RendezvousKey"), which CI saw as "Fatal Python error: Aborted".
 # With Eigen's multithreading off, no deadlock has been seen
 # (tests_cpu/test_techniques.py::test_a_one_process_cluster_pinned_to_one_core_never_deadlocks).
-# The emulated VMs' workers do not take this flag: harness.backends.local and ray_nodes drop
+# The emulated VMs' workers do not take this flag: harness.backends.worker.inherited drops
 # XLA_FLAGS, so each VM's processes keep XLA's defaults (tests_cpu/test_emulation.py).
 ONE_PROCESS_CLUSTER_FLAG = "--xla_cpu_multi_thread_eigen=false"
 if ONE_PROCESS_CLUSTER_FLAG not in os.environ.get("XLA_FLAGS", ""):

@@ -9,7 +9,8 @@ import dataclasses
 import os
 import sys
 
-os.sched_setaffinity(0, {int(sys.argv[1])})  # before JAX sizes its thread pools
+if __name__ == "__main__":  # pinned before JAX sizes its thread pools
+    os.sched_setaffinity(0, {int(sys.argv[1])})
 
 from harness.core import data, train  # noqa: E402
 from harness.techniques import ClusterShape, technique  # noqa: E402

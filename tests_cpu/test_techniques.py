@@ -175,11 +175,13 @@ def test_a_one_process_cluster_pinned_to_one_core_never_deadlocks():
         env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4"}
         done = subprocess.run([sys.executable, "-m", "tests_cpu.one_core_steps", str(core), str(DEADLOCK_STEPS)],
                               env=env, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=900)
+        competed = busy.poll() is None  # the core stayed busy the whole run
     finally:
         busy.kill()
         busy.wait()
     stuck = [line for line in done.stderr.splitlines() if "Termination timeout" in line]
-    assert done.returncode == 0, f"exit {done.returncode}: {(stuck or done.stderr.splitlines()[-3:] or ['no stderr'])[0]}"
+    assert done.returncode == 0, f"exit {done.returncode}: {(stuck or done.stderr.splitlines() or ['no stderr'])[-1]}"
+    assert competed, f"the busy process on core {core} ended before the steps did (exit {busy.returncode})"
     assert done.stdout.startswith(f"{DEADLOCK_STEPS} steps")
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from harness.backends.contract import Failed, GroupLost, ServedGroups, VMs
 from harness.backends.emulation import probe
 from harness.backends.servers import WorkerServer, describe_failure
-from harness.backends.worker import environment
+from harness.backends.worker import environment, inherited
 from harness.platform.slices import Slice
 
 
@@ -46,9 +46,8 @@ class LocalProcesses:
         procs, logs, envs = [], [], []
         try:
             for i in range(self.hosts):
-                env = {**os.environ, **environment(address, self.hosts, i, self.devices_per_host,
-                                                   os.environ.get("JAX_PLATFORMS", "cpu"))}
-                env.pop("XLA_FLAGS", None)  # the device count comes from HARNESS_LOCAL_DEVICES
+                env = {**inherited(os.environ), **environment(address, self.hosts, i, self.devices_per_host,
+                                                              os.environ.get("JAX_PLATFORMS", "cpu"))}
                 envs.append(env)
                 # Output goes to files, not pipes: a chatty worker must never block on a full pipe.
                 out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
@@ -95,8 +94,7 @@ class LocalCluster(ServedGroups):
         address = f"127.0.0.1:{free_port()}"
         servers = self.servers[vms] = []
         for i, vm in enumerate(vms):
-            env = {**os.environ, **environment(address, len(vms), i, self.devices_per_host, self.platform)}
-            env.pop("XLA_FLAGS", None)  # the device count comes from HARNESS_LOCAL_DEVICES
+            env = {**inherited(os.environ), **environment(address, len(vms), i, self.devices_per_host, self.platform)}
             servers.append(WorkerServer(env, vm))
 
     def _call(self, vms: VMs, request: dict, timeout_s: float) -> dict:

@@ -25,6 +25,7 @@ from harness.backends.driver_client import DriverClient
 from harness.backends.emulation import netns
 from harness.backends.emulation.compute import VMQuotas
 from harness.backends.emulation.network import EmulatedNetwork
+from harness.backends.worker import inherited
 
 PORT = 6379
 OBJECT_STORE_BYTES = 100 * 2**20  # Ray's minimum is 75 MiB; the suite moves no large objects
@@ -66,9 +67,7 @@ class RayCluster:
                                gpu_shares or {net.slice.name: {vm.name: 1.0 for vm in net.slice.vms}})
         # What a process needs to join this cluster (Ray reads RAY_AUTH_TOKEN before any token file).
         self.auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-        # An emulated VM is a machine of its own: its nodes (and so its workers) do not take the
-        # XLA settings of the process that starts them, as harness.backends.local's workers do not.
-        self.env = {k: v for k, v in {**os.environ, **self.auth}.items() if k != "XLA_FLAGS"}
+        self.env = {**inherited(os.environ), **self.auth}
 
     def __enter__(self) -> "RayCluster":
         self.quotas.__enter__()

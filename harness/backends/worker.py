@@ -33,6 +33,14 @@ HEARTBEAT_S = 30  # JAX's own default is 100 s
 JAX_PLATFORM = {"gpu": "cuda"}
 
 
+def inherited(environ) -> dict[str, str]:
+    """What a worker process (or an emulated VM's Ray node, which starts them) takes of its
+    launcher's environment: all but XLA_FLAGS. A worker's XLA settings are its own (its device
+    count comes from HARNESS_LOCAL_DEVICES), not those of the process that launches it, such as
+    the test process's (conftest.py)."""
+    return {k: v for k, v in environ.items() if k != "XLA_FLAGS"}
+
+
 def environment(coordinator: str, num_processes: int, process_id: int, local_devices: int, platform: str = "cpu",
                 heartbeat_s: float = HEARTBEAT_S) -> dict[str, str]:
     """The environment variables of one worker process (added to the launcher's own, and to those
