@@ -8,10 +8,17 @@ from pathlib import Path
 from harness.backends.emulation import compute, netns
 
 
+def command_lines() -> list[str]:
+    """The whole command line of every live (not zombie) process. `-ww`: without it, ps cuts each
+    line at 80 columns when its output is not a terminal (as under pytest), and a checkout whose
+    path is long enough pushes "raylet" or a module's name past the cut."""
+    ps = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True, check=True).stdout
+    return [line.split(None, 1)[1] for line in ps.splitlines() if not line.startswith("Z") and len(line.split(None, 1)) > 1]
+
+
 def leftovers() -> dict:
     """Project namespaces, their scratch dirs and CPU quotas, relays, Ray daemons, Ray drivers and worker processes."""
-    ps = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout.splitlines()
-    live = [line.split(None, 1)[1] for line in ps if not line.startswith("Z") and len(line.split(None, 1)) > 1]
+    live = command_lines()
     count = lambda word: sum(word in p for p in live)
     return {"namespaces": set(netns.ours()), "scratch": {p.name for p in Path("/tmp").glob(f"{netns.PREFIX}*")},
             "cgroups": compute.ours(),
