@@ -305,15 +305,19 @@ def test_start_up_sweep_removes_what_a_crash_left(net):
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux setpriv to drop root")
 def test_without_root_the_cli_says_what_is_missing():
-    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable]
-    env = {**os.environ, "HOME": "/tmp"}
-    # A checkout or venv in a directory only root may enter (as mktemp -d makes it) is out of its reach.
-    reach = subprocess.run([*as_nobody, "-c", "import harness"], capture_output=True, text=True, env=env)
-    unreachable = ("No module named 'harness'", "Permission denied")
-    if reach.returncode != 0 and any(s in reach.stderr for s in unreachable):
-        pytest.skip(f"uid 65534 cannot reach this checkout: {reach.stderr.splitlines()[-1]}")
-    proc = subprocess.run([*as_nobody, "-m", "harness", "emulate", "--slice", "UTAH-GPN"],
-                          capture_output=True, text=True, env=env)
+    import harness
+
+    nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    # A checkout or venv in a directory only root may enter (as mktemp -d makes it) is out of its
+    # reach; anything else that stops the command as uid 65534 is the command's failure.
+    # The probe runs none of harness's code, so that a failure of that code fails the test.
+    reach = subprocess.run([*nobody, sys.executable, "-c", f"open({harness.__file__!r}).close()"],
+                           capture_output=True, text=True)
+    if reach.returncode != 0:
+        why = (reach.stderr.strip().splitlines() or [f"exit {reach.returncode}"])[-1]
+        pytest.skip(f"uid 65534 cannot run {sys.executable} or read {harness.__file__}: {why}")
+    proc = subprocess.run([*nobody, sys.executable, "-m", "harness", "emulate", "--slice", "UTAH-GPN"],
+                          capture_output=True, text=True, env={**os.environ, "HOME": "/tmp"})
     assert proc.returncode == 2
     assert "emulated slices need root (network namespaces and TUN devices)" in proc.stderr.splitlines()[-1]
 
