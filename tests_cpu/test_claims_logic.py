@@ -6,6 +6,7 @@ single-site slice only."""
 
 from harness.paper import claims
 from harness.platform import slices
+from harness.runs import noise
 from tests_cpu.claim_records import memory, trial
 
 TACC, GPN = "TACC-TACC", "UTAH-GPN"
@@ -20,9 +21,9 @@ def table(*recs) -> claims.Table:
     return claims.Table(list(recs), [sl for sl in SLICES if sl.name in names])
 
 
-def all_vms(slice_name, rtt, times: dict, status: dict | None = None) -> list[dict]:
+def all_vms(slice_name, rtt, times: dict, status: dict | None = None, **kw) -> list[dict]:
     status = status or {}
-    return [trial(t, slice_name, ts, rtt=rtt, status=status.get(t, "ok")) for t, ts in times.items()]
+    return [trial(t, slice_name, ts, rtt=rtt, status=status.get(t, "ok"), **kw) for t, ts in times.items()]
 
 
 def alone(slice_name, vm, times: dict, status: dict | None = None) -> list[dict]:
@@ -195,6 +196,29 @@ def test_c5_is_judged_where_the_paper_makes_it_and_beyond_the_noise():
     assert verdict.status == "not shown" and "not a slice where the paper makes the point" in verdict.evidence[0]
 
 
+def test_a_difference_inside_how_far_the_run_drifted_is_not_a_contradiction():
+    """C5 on TACC-TACC: Data on vm1 alone 5% slower than Pipeshard, both with steady steps (no
+    noise of their own). On an emulated run the same Data on vm1, measured again on UTAH-GPN, is
+    one experiment repeated: there it ran 20% faster, so the machine moved that much between
+    trials and 5% is inside it. Where the repeat agrees, or where the VMs are different machines
+    (a live run: no repeat), 5% stays a contradiction."""
+    def c5(repeat_s: float, mechanism: str = "userspace"):
+        t = table(*all_vms(TACC, 0.1, {"Pipeshard": [1.0] * 3}, mechanism=mechanism),  # 10 s an epoch
+                  *all_vms(GPN, 20, {"Pipeshard": [1.0] * 3}, mechanism=mechanism),
+                  *alone(TACC, "vm1", {"Data": [0.525] * 3}),  # 20 steps: 10.5 s an epoch
+                  *alone(GPN, "vm1", {"Data": [repeat_s] * 3}))
+        return t, claims.c5_more_gpus(t)
+
+    drifted, verdict = c5(0.42)
+    assert verdict.status == "within noise", verdict.evidence
+    assert "10.5 s/epoch (±1.1)" in verdict.evidence[0]
+    assert drifted.drift == noise.CAP  # the repeats 20% apart: their spread, capped
+    steady, verdict = c5(0.525)
+    assert verdict.status == "contradicted" and steady.drift == 0.0, verdict.evidence
+    live, verdict = c5(0.42, mechanism="live")
+    assert verdict.status == "contradicted" and live.drift == 0.0, verdict.evidence
+
+
 def test_c6_needs_every_technique_and_no_crash():
     assert claims.c6_shard_worst(table(*all_vms(GPN, 20, FAST_PIPESHARD))).status == "holds"
     no_zero2 = {k: v for k, v in FAST_PIPESHARD.items() if k != "ZeRO2"}
@@ -204,9 +228,12 @@ def test_c6_needs_every_technique_and_no_crash():
 
 
 # -- C7 ----------------------------------------------------------------------------------------------
-def c7_table(pipeshard_s: float, single_s: dict, slice_name=GPN, rtt=20.0, extra=(), status=None) -> claims.Table:
-    """Pipeshard on all VMs, and Data and Shard on each VM alone (step times in s, half the batch)."""
-    recs = all_vms(slice_name, rtt, {"Pipeshard": [pipeshard_s] * 3, **dict(extra)}, status)
+def c7_table(pipeshard_s: float, single_s: dict, slice_name=GPN, rtt=20.0, extra=(), status=None,
+             mechanism="userspace") -> claims.Table:
+    """Pipeshard on all VMs, and Data and Shard on each VM alone (step times in s, half the batch).
+    VMs alone at different speeds are live ones (mechanism): emulated VMs of one speed that ran one
+    experiment that far apart would say the run drifted beyond any difference (claims.drift)."""
+    recs = all_vms(slice_name, rtt, {"Pipeshard": [pipeshard_s] * 3, **dict(extra)}, status, mechanism=mechanism)
     for vm in ("vm1", "vm2"):
         recs += alone(slice_name, vm, {t: [single_s.get((t, vm), 1.0)] * 3 for t in ("Data", "Shard")}, status)
     return table(*recs)
@@ -252,7 +279,7 @@ def test_c7_passing_over_a_faster_single_vm_contradicts_the_second_half():
     assert claims.c7_single_vm(zero2).status == "holds"  # ... and no single VM (20 s an epoch) was faster
     # 4 GPUs in 0.9 s against one VM in 0.4 s (8 s an epoch): step 5 picks it (holds); with the one
     # VM failing on vm1 and slower on vm2 the algorithm must not be blamed for vm2
-    assert claims.c7_single_vm(c7_table(0.9, {("Data", "vm2"): 0.4})).status == "holds"
+    assert claims.c7_single_vm(c7_table(0.9, {("Data", "vm2"): 0.4}, mechanism="live")).status == "holds"
 
 
 def test_c7_missing_or_crashed_trials_are_not_shown():

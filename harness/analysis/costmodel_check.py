@@ -175,19 +175,6 @@ def _judged(r: dict) -> bool:
     return r["status"] == "ok" and bool(r["timing"]["median_step_s"]) and r["cluster"]["slice"] is not None
 
 
-def drift(recs: list[dict]) -> float:
-    """The share by which this run's repeats of one experiment moved apart (noise.shared_floor):
-    a technique on one VM of as many devices at one speed, measured more than once, its step times
-    pooled."""
-    repeats: dict[tuple, list[dict]] = {}
-    for r in filter(_judged, recs):
-        if r["cluster"]["hosts"] == 1:
-            vm = r["cluster"]["vms_used"][0]
-            repeats.setdefault((r["technique"], r["cluster"]["devices_per_host"], share(r, vm)), []).append(r)
-    return noise.shared_floor([noise.relative([t for r in rs for t in claims.timed(r)])
-                               for rs in repeats.values() if len(rs) > 1])
-
-
 def check(recs: list[dict], by_name: dict[str, slices.Slice], per_tensor: bool = True,
           calibration: list[dict] | None = None) -> dict:
     """Predicted vs measured for every successful trial; rank agreement and errors, and each
@@ -196,7 +183,7 @@ def check(recs: list[dict], by_name: dict[str, slices.Slice], per_tensor: bool =
     them, the trials of recs that calibrate are left out."""
     net, device_flops, used = calibrate(calibration or recs, by_name, per_tensor)
     left_out = [] if calibration else used
-    floor = drift(recs + (calibration or []))
+    floor = claims.drift(recs + (calibration or []))
     band = lambda r: max(noise.relative(claims.timed(r)), floor)
     calibrating = max(band(r) for r in (calibration or recs) if _judged(r) and label(r) in used)
     rows = []

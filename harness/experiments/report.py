@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.core.config import Technique
 from harness.paper import claims
-from harness.runs import records
+from harness.runs import noise, records
 
 STATUS_MARK = {claims.HOLDS: "holds", claims.NOISE: "within noise", claims.NOT_SHOWN: "not shown",
                claims.CONTRADICTED: "CONTRADICTED", claims.EXCUSED: "contradicted within a declared limit"}
@@ -70,6 +70,11 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
     lines = ["# Claims of the paper, checked", ""]
     lines += [f"- {k}: {v}" for k, v in context.items()]
     lines += ["", counts(verdicts), ""]
+    table = claims.Table(trial_records)
+    if table.drift:
+        lines += [f"Noise: this run's repeats of one experiment (a technique on one emulated VM, measured on several "
+                  f"slices) moved apart by {100 * table.drift:.1f}% of a step, so every trial's ± is at least that "
+                  f"share of its epoch (at most {100 * noise.CAP:.0f}%).", ""]
     lines += link_check(trial_records)
     lines += ["| part | paper says | verdict |", "|---|---|---|"]
     lines += [f"| {v['part']} | {v['statement']} | {mark(v)} |" for v in verdicts]
@@ -89,7 +94,6 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
                              f"{excuse['reason']}")
         lines += [f"- {e}" for e in v.get("notes", [])]
         lines.append("")
-    table = claims.Table(trial_records)
     lines += ["## Trials per slice (time per epoch of the corpus; TFLOP/s per device by Alpa's formula)", ""]
     for s in sorted({k[1] for k in table.index}, key=lambda s: (claims.rtt(table, s), s)):
         header = ["technique", "all VMs: s/epoch", "TFLOP/s"] + [h for vm in table.one_vm(s)

@@ -190,8 +190,8 @@ def epoch_time(r: dict) -> float:
 
 
 def noise(r: dict | None) -> float:
-    """The robust spread of the timed step times (harness.runs.noise), scaled to an epoch; for an
-    experiment pooled from repeats, at least the share they all drifted (Table.pooled)."""
+    """The robust spread of the timed step times (harness.runs.noise), scaled to an epoch; on an
+    emulated run, at least the share its repeats drifted (drift(), set by Table)."""
     if state(r) != "ok":
         return 0.0
     share = max(noise_.relative(timed(r)), r["timing"].get("spread_floor", 0.0))
@@ -212,6 +212,39 @@ def show(r: dict | None) -> str:
     if s == "crashed":
         return f"crashed ({problem(r)})"
     return f"{epoch_time(r):.3g} s/epoch (±{noise(r):.2g})"
+
+
+def emulated(recs: list[dict]) -> bool:
+    """Whether the run's slices are emulated: every VM a share of one machine."""
+    return any(r["cluster"]["network"]["mechanism"] in ("userspace", "netem") for r in recs)
+
+
+def drift(recs: list[dict]) -> float:
+    """The share by which an emulated run's machine drifted between its trials. There a technique
+    on one VM of as many devices at one speed, measured on several slices, crosses no link: one
+    experiment repeated at different times of the run. The median relative spread of such
+    experiments' step times pooled (noise.shared_floor) is how far the same work moved while the
+    run went on, and every comparison of two trials made at different times can move as far.
+    0 where nothing was repeated, and on live slices, whose VMs are different machines. Only the
+    paper's four techniques count: a technique registered beside them moves no verdict."""
+    if not emulated(recs):
+        return 0.0
+    repeats: dict[tuple, list[dict]] = {}
+    for r in recs:
+        c = r["cluster"]
+        if (r["technique"] in tuple(Technique) and r["status"] == "ok" and problem(r) is None and c["hosts"] == 1
+                and c["vms_used"]):
+            speed = (c.get("compute_shares") or {}).get(c["vms_used"][0], 1.0)
+            repeats.setdefault((r["technique"], c["devices_per_host"], speed), []).append(r)
+    return noise_.shared_floor([noise_.relative([t for r in rs for t in timed(r)])
+                                for rs in repeats.values() if len(rs) > 1])
+
+
+def at_least(r: dict, floor: float) -> dict:
+    """The record with its relative noise at least floor (a copy: the run's records stay as written)."""
+    if not floor or r["status"] != "ok":
+        return r
+    return {**r, "timing": {**r["timing"], "spread_floor": max(r["timing"].get("spread_floor", 0.0), floor)}}
 
 
 # -- the table of trials ---------------------------------------------------------------------------
@@ -236,7 +269,11 @@ class Table:
         # On an emulated slice a VM is a share of one machine, at its GPU's speed (compute_shares),
         # and a run on one VM crosses no link: the single-VM runs of different slices on VMs of
         # one name and speed are one experiment, repeated.
-        self.emulated = any(r["cluster"]["network"]["mechanism"] in ("userspace", "netem") for r in recs)
+        self.emulated = emulated(recs)
+        # How far those repeats moved apart is how far the machine moved under every trial of the
+        # run: no comparison counts a difference inside it.
+        self.drift = drift(recs)
+        self.index = {key: at_least(r, self.drift) for key, r in self.index.items()}
 
     def get(self, technique: str, slice_name: str, vms: str = ALL) -> dict | None:
         return self.index.get((technique, slice_name, vms))
@@ -308,7 +345,7 @@ class Table:
         if max(len(recs) for recs in repeats.values()) < 2:
             return runs
         ok = [t for t, r in runs.items() if self.state(r) == "ok"]
-        floor = noise_.shared_floor([noise_.relative(timed(runs[t])) for t in ok])
+        floor = max(noise_.shared_floor([noise_.relative(timed(runs[t])) for t in ok]), self.drift)
         return {t: {**r, "timing": {**r["timing"], "spread_floor": floor}} if t in ok else r for t, r in runs.items()}
 
     def pooled(self, recs: list[dict | None]) -> dict | None:

@@ -10,8 +10,8 @@ only beyond the spreads of both sides summed.
 
 One experiment measured several times (an emulated VM alone, once per slice of the run, every
 technique) also shows how far the machine drifts between the repeats: that drift reaches every
-technique alike, so each is judged against at least the median relative spread of them all
-(shared_floor), still capped.
+trial of the run alike, so each is judged against at least the median relative spread of them all
+(shared_floor; harness.paper.claims.drift), still capped.
 """
 import statistics
 
