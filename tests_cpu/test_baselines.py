@@ -11,6 +11,7 @@ import pytest
 
 from harness import resources
 from harness.experiments import rejudge, report
+from harness.paper import claims
 from harness.runs import records
 
 BASELINES = sorted(p for p in resources.path("baselines").iterdir() if (p / "results.jsonl").is_file())
@@ -24,6 +25,15 @@ RECORDED = sorted(p for p in (ROOT / "reports" / "baselines").iterdir() if (p / 
 @pytest.mark.parametrize("folder", BASELINES + RECORDED, ids=lambda p: p.name)
 def test_a_shipped_baseline_is_what_todays_code_judges_of_its_records(folder):
     assert rejudge.differences(folder) == []
+
+
+@pytest.mark.parametrize("folder", BASELINES + RECORDED, ids=lambda p: p.name)
+def test_a_shipped_runs_claims_md_states_the_drift_its_records_give(folder):
+    """Every trial's ± is at least the run's drift (claims.drift): the report says how much, from
+    the records, so that a reader sees why a difference that size is within noise."""
+    drift = claims.Table([r for r in records.read(rejudge.results_file(folder)) if not rejudge.is_memory(r)]).drift
+    said = re.findall(r"moved apart by ([0-9.]+)% of a step", (folder / "claims.md").read_text())
+    assert said == ([f"{100 * drift:.1f}"] if drift else [])
 
 
 def test_a_doctored_baseline_is_judged_anew(tmp_path):

@@ -72,8 +72,8 @@ def markdown(trial_records, memory_records, verdicts, context, figures) -> str:
     lines += ["", counts(verdicts), ""]
     table = claims.Table(trial_records)
     if table.drift:
-        lines += [f"Noise: this run's repeats of one experiment (a technique on one emulated VM, measured on several "
-                  f"slices) moved apart by {100 * table.drift:.1f}% of a step, so every trial's ± is at least that "
+        lines += [f"Noise: this run's repeats of one experiment (a technique on one emulated VM, measured on each VM "
+                  f"of its speed) moved apart by {100 * table.drift:.1f}% of a step, so every trial's ± is at least that "
                   f"share of its epoch (at most {100 * noise.CAP:.0f}%).", ""]
     lines += link_check(trial_records)
     lines += ["| part | paper says | verdict |", "|---|---|---|"]

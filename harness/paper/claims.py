@@ -221,8 +221,8 @@ def emulated(recs: list[dict]) -> bool:
 
 def drift(recs: list[dict]) -> float:
     """The share by which an emulated run's machine drifted between its trials. There a technique
-    on one VM of as many devices at one speed, measured on several slices, crosses no link: one
-    experiment repeated at different times of the run. The median relative spread of such
+    on one VM of as many devices at one speed crosses no link, so its trials on each such VM of
+    each slice are one experiment repeated at different times of the run. The median relative spread of such
     experiments' step times pooled (noise.shared_floor) is how far the same work moved while the
     run went on, and every comparison of two trials made at different times can move as far.
     0 where nothing was repeated, and on live slices, whose VMs are different machines. Only the
