@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from harness.analysis import similarity
 from harness.core.config import Technique
 from harness.errors import BadInput
 from harness.experiments import report
@@ -157,6 +158,47 @@ def test_a_limit_does_not_reach_a_slice_it_does_not_name(tmp_path):
     verdict = claims.c1_single_site(claims.Table(recs, [slices.load(str(mine))]))
     run = limits.Run(links=links_doc("MY-SITE", pipeshard_here=0.75, pipeshard_paper=0.3))
     assert check(verdict, SIMILARITY, run)[0] == "failed"
+
+
+def bandwidth_miss(floor: float, here: float, paper: float = 0.055, fixed_s: float = 2e-3) -> dict:
+    """How the similarity test judges Pipeshard's bandwidth group on TACC-TACC: `here` of its
+    compute on the link the run chose, `floor` on the fastest rate its collectives carry (the
+    links document's group on the paper's own link), `paper` for gpt2m; each collective costs
+    fixed_s, at 100 MB/s, on a link one TCP flow crosses at 300 MB/s."""
+    doc = links_doc(TACC, pipeshard_here=0.0, pipeshard_paper=0.0)
+    entry = doc["slices"][0]
+    for group, value in (("model", here), ("literal", floor), ("target", paper)):
+        entry[group]["Pipeshard"]["bandwidth"] = value
+    doc["calibration"] = {"per_collective_s": fixed_s, "link_bytes_per_s": 1e8}
+    recs = [trial("Pipeshard", TACC, STEPS5, rtt=0.4)]
+    recs[0]["cluster"]["network"]["link_bytes_per_s"] = 3e8
+    (miss,) = similarity.misses(doc)
+    (judged,) = limits.judge_misses([miss], deviations.SIMILARITY_GROUPS, limits.Run(recs, [], doc))
+    return judged["excuse"]
+
+
+def test_a_bandwidth_group_no_link_brings_nearer_is_excused_however_slow_the_collectives_are():
+    """The similarity test's bandwidth limit reads the technique's own group at the fastest rate
+    its collectives carry. CI, with a core busy beside it, once calibrated collectives so slow
+    that Pipeshard's group came out 24.8x the paper's, on the fastest link there was; the limit
+    read one microbatch's activations instead, and its figure reached 24.6x: the test failed
+    though no link could have done better. Here the collectives cost 2 ms each, which by that
+    figure explained 7.6x at most, and the group is 10x the paper's at its floor."""
+    excuse = bandwidth_miss(floor=0.55, here=0.55)
+    assert excuse["excused"], excuse["reason"]
+    assert excuse["bound"] == pytest.approx(2 * 10.0)
+    assert "Pipeshard's communication comes to 0.55 of its compute, gpt2m's in the paper to 0.055: 10x" in excuse["reason"]
+    assert "(2 ms each, then 100 MB/s, where one TCP flow over the link carries 300 MB/s)" in excuse["reason"]
+
+
+@pytest.mark.parametrize("floor, here, paper, why", [
+    (0.55, 1.4, 0.055, "beyond what the mechanism's figure explains, 20x"),  # a link set slower for the others
+    (0.08, 0.2, 0.055, "(it shows at 2x or more)"),  # a link could have brought it within 2x
+    (0.01, 0.01, 0.055, "(it shows at 2x or more)"),  # below the paper's: a slower link raises it
+])
+def test_a_bandwidth_group_a_link_could_bring_nearer_is_not_excused(floor, here, paper, why):
+    excuse = bandwidth_miss(floor, here, paper)
+    assert not excuse["excused"] and why in excuse["reason"], excuse["reason"]
 
 
 def zero2_vs_data(data_over_zero2: float, zero2_bytes: int | None, data_bytes: int | None = 10**8):

@@ -8,7 +8,7 @@ of any run is written here: the reasons are built from the run being judged.
 """
 from harness.analysis import similarity
 from harness.paper.limits import (
-    CollectiveRate,
+    CollectiveFloor,
     CrossingsPerStep,
     GradientsToActivations,
     GroupLimit,
@@ -50,7 +50,8 @@ NONE = "none"  # a backend that declares nothing: GPUs, live slices
 # The groups similarity scaling cannot match with the scale model (the similarity test), each
 # as far as its mechanism reaches in the run.
 SIMILARITY_GROUPS = (
-    GroupLimit(("Data", "ZeRO2", "Shard", "Pipeshard"), "bandwidth", TABLE_I_ORDER, CollectiveRate(threshold=0.5),
+    GroupLimit(("Data", "ZeRO2", "Shard", "Pipeshard"), "bandwidth", TABLE_I_ORDER,
+               CollectiveFloor(threshold=similarity.TOLERANCE),
                "the scale model's collectives run over gloo on one core per VM, slower than their link carries, and "
                "pay a fixed cost each, so their communication at no delay weighs more against the compute than "
                "gpt2m's did on the paper's NICs; a link cannot be made faster than the collectives that use it"),

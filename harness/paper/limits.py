@@ -21,7 +21,7 @@ The declarations themselves are in harness.paper.deviations.
 import math
 from dataclasses import dataclass, field
 
-from harness.analysis import costmodel
+from harness.analysis import costmodel, similarity
 from harness.core import flops
 from harness.core.config import Setup, model_config
 from harness.errors import BadInput
@@ -56,6 +56,8 @@ class Mechanism:
     name = "mechanism"
 
     def measure(self, run: Run, comparison) -> Figure | None:
+        """comparison: the claims.Comparison a Limit judges, or the group a GroupLimit judges (a miss
+        of similarity.misses); None where nothing of the run gives the figure."""
         raise NotImplementedError
 
     def shows(self, value: float) -> bool:
@@ -189,29 +191,42 @@ def _first_trial(run: Run) -> dict | None:
 
 
 @dataclass(frozen=True)
-class CollectiveRate(AtMost):
-    """What the calibrated collectives take to move one microbatch's activations between VMs (their
-    fixed cost and their rate, measured by the run's calibration trials), against what one TCP flow
-    over the link takes for it (its rate, measured by the run): collectives slower than their link
-    give a bandwidth group that no setting of the link can lower. Read on the smallest message the
-    techniques send each step, where the fixed cost weighs most."""
-    name = "the collectives' time for a message against the link's"
+class CollectiveFloor(AtLeast):
+    """The lowest bandwidth group any link gives the technique in this run, against gpt2m's on the
+    paper's slice (the links document: the cost model calibrated on the run's own trials).
 
-    def measure(self, run, comparison=None):
-        c = (run.links or {}).get("calibration") or {}
-        links = [r["cluster"]["network"].get("link_bytes_per_s") for r in run.trials]
-        links = [x for x in links if x]
-        r = _first_trial(run)
-        if not c.get("link_bytes_per_s") or not links or r is None:
+    At no delay a technique's communication is its own wire pattern through the calibrated
+    collectives: their fixed cost each, then their bytes at their rate. A link carries them no
+    faster than that rate (similarity.scale searches at or below it), so the group at that rate is
+    the floor; it is the scale model's bandwidth group on the paper's own link in the links
+    document, which prices the collectives at their calibrated rate (at no delay the RTT does not
+    count). The mechanism shows where that floor is itself beyond the tolerance: then no link
+    brings the group within it. It explains a group as far as the tolerance from the floor; what
+    lies beyond is a link the solver set slower for the other groups' sake, which it does not
+    excuse, and so is a group below the paper's, which a slower link would raise."""
+    name = "the lowest bandwidth group a link gives, against the paper's"
+
+    def measure(self, run, miss=None):
+        s = next((x for x in (run.links or {}).get("slices", []) if miss and x["slice"] == miss["slice"]), None)
+        if s is None or miss["technique"] not in s["literal"] or miss["technique"] not in s["target"]:
             return None
-        rate, link, fixed = c["link_bytes_per_s"], max(links), c["per_collective_s"]
-        b, m = r["batch"], r["model"]
-        message = b["global_batch"] / b["micro_batches"] * b["seq_len"] * m["n_embd"] * (4 if r["precision"] == "float32" else 2)
-        on_link, collective = message / link, fixed + message / rate
-        return Figure(on_link / collective,
-                      f"one microbatch's activations ({message / 1e6:.3g} MB) take the calibrated collectives "
-                      f"{collective * 1e3:.3g} ms ({fixed * 1e3:.2g} ms each, then {rate / 1e6:.3g} MB/s) and one TCP "
-                      f"flow over the link {on_link * 1e3:.3g} ms ({link / 1e6:.3g} MB/s): {on_link / collective:.2g}x")
+        t = miss["technique"]
+        floor, paper = s["literal"][t]["bandwidth"], s["target"][t]["bandwidth"]
+        value = floor / paper if paper > 0 else math.inf
+        return Figure(value, f"at no delay and the fastest rate its collectives carry{_collectives(run)}, {t}'s "
+                             f"communication comes to {floor:.3g} of its compute, gpt2m's in the paper to {paper:.3g}: "
+                             f"{value:.3g}x, the nearest any link brings it (a group within {similarity.TOLERANCE:g}x "
+                             f"of that is as near as the link can make it)", reach=similarity.TOLERANCE * value)
+
+
+def _collectives(run: Run) -> str:
+    """The calibrated collectives beside the link's own rate, in words ("" where the run has none)."""
+    c = (run.links or {}).get("calibration") or {}
+    if not (c.get("per_collective_s") and c.get("link_bytes_per_s")):
+        return ""
+    links = [x for x in (r["cluster"]["network"].get("link_bytes_per_s") for r in run.trials) if x]
+    tcp = f", where one TCP flow over the link carries {max(links) / 1e6:.3g} MB/s" if links else ""
+    return f" ({c['per_collective_s'] * 1e3:.2g} ms each, then {c['link_bytes_per_s'] / 1e6:.3g} MB/s{tcp})"
 
 
 def _paper_setup(slice_gpus: int) -> tuple:
@@ -336,7 +351,7 @@ class GroupLimit:
         return miss["technique"] in self.techniques and miss["group"] == self.group and miss["slice"] in self.slices
 
     def judge(self, miss: dict, run: Run) -> dict:
-        return _judgement(self.why, self.mechanism, self.mechanism.measure(run, None), self.bound, miss["ratio"],
+        return _judgement(self.why, self.mechanism, self.mechanism.measure(run, miss), self.bound, miss["ratio"],
                           "off the paper's")
 
 
