@@ -195,6 +195,7 @@ def test_a_bandwidth_group_no_link_brings_nearer_is_excused_however_slow_the_col
     (0.55, 1.4, 0.055, "beyond what the mechanism's figure explains, 20x"),  # a link set slower for the others
     (0.08, 0.2, 0.055, "(it shows at 2x or more)"),  # a link could have brought it within 2x
     (0.01, 0.01, 0.055, "(it shows at 2x or more)"),  # below the paper's: a slower link raises it
+    (0.55, 0.55, 0.0, "this run did not measure the lowest bandwidth group"),  # no paper group to be off from
 ])
 def test_a_bandwidth_group_a_link_could_bring_nearer_is_not_excused(floor, here, paper, why):
     excuse = bandwidth_miss(floor, here, paper)

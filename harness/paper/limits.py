@@ -212,7 +212,9 @@ class CollectiveFloor(AtLeast):
             return None
         t = miss["technique"]
         floor, paper = s["literal"][t]["bandwidth"], s["target"][t]["bandwidth"]
-        value = floor / paper if paper > 0 else math.inf
+        if not paper > 0:  # a factor against no paper group reaches anything: nothing to excuse by
+            return None
+        value = floor / paper
         return Figure(value, f"at no delay and the fastest rate its collectives carry{_collectives(run)}, {t}'s "
                              f"communication comes to {floor:.3g} of its compute, gpt2m's in the paper to {paper:.3g}: "
                              f"{value:.3g}x, the nearest any link brings it (a group within {similarity.TOLERANCE:g}x "
