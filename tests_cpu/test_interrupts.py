@@ -22,8 +22,8 @@ def slice_like():
         f.write("fixture\\n")
 
 def test_waits_for_the_signal(slice_like):
-    open({str(started)!r}, "w").close()
-    try:
+    try:  # the mark inside the try: a signal just after it, under load, must still find the finally armed
+        open({str(started)!r}, "w").close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # waiting to be ended, as a long trial would
             time.sleep(0.05)

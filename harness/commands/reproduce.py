@@ -24,6 +24,7 @@ from harness import inputs, resources
 from harness.core.config import model_config
 from harness.errors import BadInput
 from harness.experiments import compare, infer, report
+from harness.paper.figures import times
 from harness.platform import slices
 from harness.runs.run_config import QUICK_SLICES, SHARDS, RunConfig
 
@@ -276,11 +277,12 @@ def summary(result: dict) -> str:
         for c in v.get("comparisons", []):
             e = c.get("excuse")
             if e:
-                figure = "not measured" if e["figure"] is None else f"{e['figure']:.3g}x"
+                gap, bound, figure = e["gap"], e["bound"], e["figure"]
                 lines.append(f"    {c['id']}: {'excused' if e['excused'] else 'NOT excused'}; "
-                             f"{'unknown' if e['gap'] is None else format(e['gap'], '.3g') + 'x'} against the paper, "
-                             f"bound {'unknown' if e['bound'] is None else format(e['bound'], '.3g') + 'x'}; "
-                             f"{e['mechanism']}: {figure} (threshold {e['threshold']:g}x)")
+                             f"{'unknown' if gap is None else times(gap, bound)} against the paper, "
+                             f"bound {'unknown' if bound is None else times(bound, gap)}; {e['mechanism']}: "
+                             f"{'not measured' if figure is None else times(figure, e['threshold'])} "
+                             f"(threshold {e['threshold']:g}x)")
     for v in result.get("beyond", []):
         lines.append(f"  {v['part']:18} {v['status']} (beyond the paper)")
     if "comparison" in result:

@@ -29,11 +29,10 @@ PIPESHARD_OVERHEAD = PipelineOverhead(threshold=similarity.TOLERANCE)
 NEAR_USABLE = NearUsable(threshold=1.5)
 
 _BUBBLE = ("on a single-site link there is no latency for Pipeshard to save, and the scale model's Pipeshard pays a "
-           "pipeline bubble (fewer microbatches than the paper's setup) and transfers whose fixed costs weigh more "
-           "against its compute than gpt2m's did")
+           "pipeline bubble and transfers that together weigh more against its compute than gpt2m's did")
 _T_PER_GPU = ("the paper's selection algorithm ranks by TFLOP/s per GPU, which favours one VM of half the GPUs wherever "
               "Pipeshard's overheads are a large part of its step: by the cost model that is so at the paper's own "
-              "scale, and this run's Pipeshard carries more overhead still")
+              "scale, and this run's Pipeshard carries at least as much overhead against its compute as gpt2m's did")
 # The published algorithm's step 4 falls short of Pipeshard at the paper's scale already (1 or more).
 PAPER_SCALE_PICK = PaperScalePick(threshold=1.0)
 

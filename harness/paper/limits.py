@@ -26,6 +26,7 @@ from harness.core import flops
 from harness.core.config import Setup, model_config
 from harness.errors import BadInput
 from harness.paper.claims import DELTA
+from harness.paper.figures import apart, times
 from harness.platform import slices
 
 
@@ -101,7 +102,8 @@ class AtMost(Mechanism):
 
 
 # -- mechanisms of the timed claims ---------------------------------------------------------------
-GROUPS = ("latency", "bandwidth", "bubble")
+COMMUNICATION = ("latency", "bandwidth")
+GROUPS = (*COMMUNICATION, "bubble")
 
 
 @dataclass(frozen=True)
@@ -118,12 +120,15 @@ class PipelineOverhead(AtLeast):
             groups = run.link_groups(s)
             if groups is None:
                 return None
-            here, paper = (sum(g["Pipeshard"][k] for k in GROUPS) for g in groups)
-            if paper <= 0:
+            (bubble, comm), (paper_bubble, paper_comm) = (
+                (g["Pipeshard"]["bubble"], sum(g["Pipeshard"][k] for k in COMMUNICATION)) for g in groups)
+            if paper_bubble + paper_comm <= 0:
                 return None
-            figures.append(Figure(here / paper, f"on {s}'s link Pipeshard's bubble and communication come to "
-                                                 f"{here:.3g} of its compute in this run, gpt2m's in the paper to "
-                                                 f"{paper:.3g}: {here / paper:.2g}x"))
+            value = (bubble + comm) / (paper_bubble + paper_comm)
+            figures.append(Figure(value, f"on {s}'s link Pipeshard's bubble comes to {bubble:.3g} of its compute and "
+                                         f"its communication to {comm:.3g} in this run, gpt2m's in the paper to "
+                                         f"{paper_bubble:.3g} and {paper_comm:.3g}: together "
+                                         f"{apart(value, self.threshold, 2)}x"))
         return min(figures, key=lambda f: f.value, default=None)
 
 
@@ -164,9 +169,10 @@ class PaperScalePick(AtLeast):
         short = tz * (1 + DELTA) / tp
         return Figure(min(short, inflation),
                       f"at the paper's scale the cost model gives {s}'s best single VM {tz:.3g} TFLOP/s per GPU "
-                      f"and Pipeshard on both VMs {tp:.3g}, a shortfall of {short:.3g}x after delta, and this "
-                      f"run's Pipeshard step is {inflation:.3g}x as long against its compute as gpt2m's was "
-                      f"(the smaller, {min(short, inflation):.3g}x, is the figure)",
+                      f"and Pipeshard on both VMs {tp:.3g}, a shortfall of {apart(short, self.threshold)}x after delta, "
+                      f"and this run's Pipeshard step is {apart(inflation, self.threshold)}x as long against its "
+                      f"compute as gpt2m's was (the smaller, {apart(min(short, inflation), self.threshold)}x, is the "
+                      "figure)",
                       short * inflation)
 
 
@@ -181,7 +187,7 @@ class NearUsable(AtMost):
     def measure(self, run, comparison):
         if comparison.gap is None or not math.isfinite(comparison.gap):
             return None
-        return Figure(comparison.gap, f"the analysis, at its stated setup, puts the need {comparison.gap:.2g}x on the "
+        return Figure(comparison.gap, f"the analysis, at its stated setup, puts the need {apart(comparison.gap, self.threshold, 2)}x on the "
                                       "wrong side of the GPU's usable memory")
 
 
@@ -217,7 +223,7 @@ class CollectiveFloor(AtLeast):
         value = floor / paper
         return Figure(value, f"at no delay and the fastest rate its collectives carry{_collectives(run)}, {t}'s "
                              f"communication comes to {floor:.3g} of its compute, gpt2m's in the paper to {paper:.3g}: "
-                             f"{value:.3g}x, the nearest any link brings it (a group within {similarity.TOLERANCE:g}x "
+                             f"{apart(value, self.threshold)}x, the nearest any link brings it (a group within {similarity.TOLERANCE:g}x "
                              f"of that is as near as the link can make it)", reach=similarity.TOLERANCE * value)
 
 
@@ -260,7 +266,7 @@ class GradientsToActivations(AtMost):
         cfg, batch, micro, seq = _paper_setup(gpus or 2 * r["cluster"]["devices_per_host"])
         paper = _gradients_per_activation(flops.param_count(cfg), batch, micro, seq, cfg.n_embd)
         return Figure(here / paper, f"{m['name']}'s gradients are {here:.3g} times one microbatch's activations at a "
-                                    f"stage boundary, gpt2m's {paper:.3g} times at the stated setup: {here / paper:.2g}x")
+                                    f"stage boundary, gpt2m's {paper:.3g} times at the stated setup: {apart(here / paper, self.threshold, 2)}x")
 
 
 @dataclass(frozen=True)
@@ -277,7 +283,7 @@ class CrossingsPerStep(AtMost):
         paper = model_config("gpt2m").n_layer * Setup().micro_batches
         return Figure(here / paper, f"{r['model']['name']} crosses {r['model']['n_layer']} layers x "
                                     f"{r['batch']['micro_batches']} microbatches = {here} times a step, gpt2m "
-                                    f"{paper}: {here / paper:.2g}x")
+                                    f"{paper}: {apart(here / paper, self.threshold, 2)}x")
 
 
 # -- the declarations and their judgement ----------------------------------------------------------
@@ -291,15 +297,15 @@ def _judgement(why: str, mechanism: Mechanism, figure: Figure | None, bound: flo
     within = gap is not None and limit is not None and gap <= limit
     measured = (f"{figure.says} ({mechanism.rule()})" if figure is not None
                 else f"this run did not measure {mechanism.name}")
-    went = f"how far it goes {against} is unknown" if gap is None else f"it goes {gap:.3g}x {against}"
+    went = f"how far it goes {against} is unknown" if gap is None else f"it goes {times(gap, limit)} {against}"
     stated = "its bound" if bound is not None else "what the mechanism's figure explains"
     if within and shows:
-        reason = f"{why}: {measured}; {went}, within {stated}, {limit:.3g}x"
+        reason = f"{why}: {measured}; {went}, within {stated}, {times(limit, gap)}"
     elif not shows:
         reason = f"a declared limit covers it but does not excuse it: {measured}"
     else:
         reason = (f"a declared limit covers it but does not excuse it: {went}, beyond {stated}"
-                  + (f", {limit:.3g}x" if limit is not None else ""))
+                  + (f", {times(limit, gap)}" if limit is not None else ""))
     return {"bound": limit, "bound_stated": bound is not None, "gap": None if gap is None or not math.isfinite(gap) else gap,
             "mechanism": mechanism.name, "figure": None if figure is None else figure.value,
             "threshold": getattr(mechanism, "threshold", None), "shows": shows, "within_bound": within,
