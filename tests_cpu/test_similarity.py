@@ -99,29 +99,58 @@ def test_scale_similar_has_gpt2ms_geometry_at_its_trial_batch_and_scale_small_ha
             assert similarity.factor(here["embedding_share"], paper["embedding_share"]) <= SIMILAR
 
 
-def test_on_a_measured_calibration_scale_similar_matches_the_groups_that_geometry_sets():
-    """On the shipped similarity baseline's calibration (this machine's devices and gloo link), the
-    link solved for scale-similar gives Data, ZeRO2 and Pipeshard the paper's latency groups within
-    SIMILAR on every Table I slice; for scale-small Pipeshard's is off further, by its gradients
-    per microbatch of activations. Shard's groups and the bandwidth groups are set by the
-    calibrated collectives' fixed cost, not by the model's geometry (similarity.md of a run)."""
+def shipped_calibration() -> tuple:
+    """The shipped similarity baseline's calibration (this machine's devices and gloo link): the
+    network, a device's FLOP/s, and Table I by name."""
     recs = [json.loads(line) for line in resources.path("baselines", "quick-similarity", "calibration.jsonl")
             .read_text().splitlines()]
     table_i = {sl.name: sl for sl in slices.table_i()}
     net, device_flops, _ = costmodel_check.calibrate(recs, table_i, per_tensor=False)
+    return net, device_flops, table_i
+
+
+def scaled_on_shipped_calibration(name: str) -> list[similarity.Scaled]:
+    """The link `scale` picks for the trial model `name` on each Table I slice, on the shipped calibration."""
+    net, device_flops, table_i = shipped_calibration()
+    b = Budget(model=name)
+    setup = Setup(batch_per_gpu=b.batch_per_gpu, micro_batches=b.micro_batches, seq_len=b.model_cfg.n_positions)
+    return [similarity.scale(sl, GPT2M, Setup(), b.model_cfg, setup, net,
+                             costmodel.Devices((device_flops,) * len(sl.vms), (1e15,) * len(sl.vms), sl.gpus_per_vm),
+                             rtt_ms=(0.05, 1000.0), rate=(1e6, net.link_bytes_per_s)) for sl in table_i.values()]
+
+
+def test_on_a_measured_calibration_scale_similar_matches_the_groups_that_geometry_sets():
+    """On the shipped calibration, the link solved for scale-similar gives Data, ZeRO2 and
+    Pipeshard the paper's latency groups within SIMILAR on every Table I slice. scale-small's Shard
+    crosses the link 12 times fewer per step than gpt2m's, so at any link that suits the others
+    its latency group is off several times further than scale-similar's. The bandwidth groups are
+    set by the calibrated collectives' fixed cost, not by the model's geometry (similarity.md of a run)."""
     worst = {}
     for name in ("scale-similar", "scale-small"):
-        b = Budget(model=name)
-        setup = Setup(batch_per_gpu=b.batch_per_gpu, micro_batches=b.micro_batches, seq_len=b.model_cfg.n_positions)
-        for sl in table_i.values():
-            devices = costmodel.Devices((device_flops,) * len(sl.vms), (1e15,) * len(sl.vms), sl.gpus_per_vm)
-            s = similarity.scale(sl, GPT2M, Setup(), b.model_cfg, setup, net, devices, rtt_ms=(0.05, 1000.0),
-                                 rate=(1e6, net.link_bytes_per_s))
-            for t in ("Data", "ZeRO2", "Pipeshard"):
+        for s in scaled_on_shipped_calibration(name):
+            for t in s.target:
                 if s.target[t]["latency"] >= similarity.NEGLIGIBLE:
                     worst[name, t] = max(worst.get((name, t), 1.0), s.ratio(t, "latency"))
     assert all(worst["scale-similar", t] <= SIMILAR for t in ("Data", "ZeRO2", "Pipeshard")), worst
-    assert worst["scale-small", "Pipeshard"] > SIMILAR, worst
+    assert worst["scale-small", "Shard"] > 2 * worst["scale-similar", "Shard"], worst
+
+
+def test_a_group_no_link_brings_near_does_not_drag_the_others_past_the_tolerance():
+    """scale-small's Shard crosses the link too few times for the RTT that gives Data the paper's
+    latency group to give Shard its own. Least squares alone pulled the RTT Shard's way until
+    Pipeshard's latency group was 2.5x the paper's on every two-site slice: the shipped baseline
+    ran so (its similarity.md), and a loaded CI run's excuse for it held by 5%. The link kept
+    now leaves Shard's alone beyond the tolerance, and fewer groups beyond it than that baseline's."""
+    recorded = {s["slice"]: s for s in json.loads(resources.path("baselines", "quick-similarity", "similarity.json")
+                                                  .read_text())["slices"]}
+    for s in scaled_on_shipped_calibration("scale-small"):
+        if s.paper_rtt_ms < calibration.TWO_SITE_MS:
+            continue
+        late = [m["technique"] for m in s.misses(similarity.TOLERANCE) if m["group"] == "latency"]
+        assert late == ["Shard"], (s.slice, s.rtt_ms, s.misses(similarity.TOLERANCE))
+        if s.slice in recorded:
+            before = similarity.from_dict(recorded[s.slice])
+            assert len(s.misses(similarity.TOLERANCE)) < len(before.misses(similarity.TOLERANCE)), s.slice
 
 
 # Every run kept in the repository that scaled its links from calibration trials.
@@ -146,4 +175,4 @@ def test_the_link_search_ends_no_further_from_the_papers_groups_than_the_slices_
                                            calibration.SIMILARITY)
         for s in scaling.scaled:
             own = s.distance(s.literal)
-            assert s.distance() <= (own[0], own[1] + 1e-9), (s.slice, s.rtt_ms, s.distance(), own)
+            assert s.distance() <= (*own[:2], own[2] + 1e-9), (s.slice, s.rtt_ms, s.distance(), own)
