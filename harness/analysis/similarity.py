@@ -12,8 +12,9 @@ At paper scale (gpt2m on the slice's GPUs, the paper's stack) these are the targ
 same groups follow from the scale model's budget, a device's measured FLOP/s (a calibration
 trial) and the emulated link's TCP; `scale` picks the RTT and the link rate whose groups are
 nearest the targets: fewest groups beyond the tolerance, then least squares on their logarithms
-over the four techniques; it reports both side by side so that the match can be checked. Two knobs cannot match eight groups
-whose ratios differ between the models: worst_ratio says how far the nearest match still is.
+over the four techniques; it reports both side by side so that the match can be checked. Two
+knobs cannot match eight groups whose ratios differ between the models: worst_ratio says how far
+the nearest match still is.
 """
 import math
 from dataclasses import dataclass, field, replace
@@ -102,11 +103,9 @@ class Scaled:
         the matched groups one side has and the other lacks, then the groups beyond the tolerance
         (misses), then the squared log-factors of the others, what `scale` minimises. Compare two
         as tuples: fewer missing groups first, then fewer misses."""
-        model = model or self.model
-        ratios = {(t, g): self.ratio(t, g, model) for t in self.target for g in MATCHED}
-        beyond = sum(r > TOLERANCE and max(self.target[t][g], model[t][g]) >= NEGLIGIBLE for (t, g), r in ratios.items())
-        return (sum(not math.isfinite(r) for r in ratios.values()), beyond,
-                sum(math.log(r) ** 2 for r in ratios.values() if math.isfinite(r)))
+        ratios = [self.ratio(t, g, model) for t in self.target for g in MATCHED]
+        return (sum(not math.isfinite(r) for r in ratios), len(self.misses(TOLERANCE, model)),
+                sum(math.log(r) ** 2 for r in ratios if math.isfinite(r)))
 
     def worst_ratio(self, group: str) -> float:
         """The largest factor between a technique's group here and at paper scale; infinite where
@@ -114,12 +113,14 @@ class Scaled:
         ratios = [self.ratio(t, group) for t in self.target if self.target[t][group] > 0]
         return max(ratios, default=math.inf)
 
-    def misses(self, tolerance: float) -> list[dict]:
-        """Every group more than `tolerance` times off the paper's, unless negligible on both sides."""
+    def misses(self, tolerance: float, model: dict | None = None) -> list[dict]:
+        """Every group (the scale model's on the chosen link, by default) more than `tolerance`
+        times off the paper's, unless negligible on both sides."""
+        model = model or self.model
         return [{"slice": self.slice, "technique": t, "group": g, "paper": self.target[t][g],
-                 "this_run": self.model[t][g], "ratio": self.ratio(t, g)}
-                for t in self.target for g in MATCHED if self.ratio(t, g) > tolerance
-                and max(self.target[t][g], self.model[t][g]) >= NEGLIGIBLE]
+                 "this_run": model[t][g], "ratio": self.ratio(t, g, model)}
+                for t in self.target for g in MATCHED if self.ratio(t, g, model) > tolerance
+                and max(self.target[t][g], model[t][g]) >= NEGLIGIBLE]
 
     def to_dict(self) -> dict:
         return {"slice": self.slice, "paper_rtt_ms": self.paper_rtt_ms, "rtt_ms": self.rtt_ms,
@@ -178,7 +179,8 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
 
     def scaled(x) -> Scaled:
         at, link = model_at(x)
-        return on_link(sl, paper_cfg, paper_setup, cfg, setup, net, devices, at.rtt_ms, link.link_bytes_per_s, techniques)
+        return on_link(sl, paper_cfg, paper_setup, cfg, setup, net, devices, at.rtt_ms, link.link_bytes_per_s,
+                       techniques)
 
     links, left = [scaled(own)], frozenset()
     while True:

@@ -169,10 +169,10 @@ class PaperScalePick(AtLeast):
         short = tz * (1 + DELTA) / tp
         return Figure(min(short, inflation),
                       f"at the paper's scale the cost model gives {s}'s best single VM {tz:.3g} TFLOP/s per GPU "
-                      f"and Pipeshard on both VMs {tp:.3g}, a shortfall of {apart(short, self.threshold)}x after delta, "
-                      f"and this run's Pipeshard step is {apart(inflation, self.threshold)}x as long against its "
-                      f"compute as gpt2m's was (the smaller, {apart(min(short, inflation), self.threshold)}x, is the "
-                      "figure)",
+                      f"and Pipeshard on both VMs {tp:.3g}, a shortfall of {apart(short, self.threshold)}x after "
+                      f"delta, and this run's Pipeshard step is {apart(inflation, self.threshold)}x as long "
+                      f"against its compute as gpt2m's was (the smaller, "
+                      f"{apart(min(short, inflation), self.threshold)}x, is the figure)",
                       short * inflation)
 
 
@@ -187,8 +187,9 @@ class NearUsable(AtMost):
     def measure(self, run, comparison):
         if comparison.gap is None or not math.isfinite(comparison.gap):
             return None
-        return Figure(comparison.gap, f"the analysis, at its stated setup, puts the need {apart(comparison.gap, self.threshold, 2)}x on the "
-                                      "wrong side of the GPU's usable memory")
+        need = apart(comparison.gap, self.threshold, 2)
+        return Figure(comparison.gap, f"the analysis, at its stated setup, puts the need {need}x on the wrong side of "
+                                      "the GPU's usable memory")
 
 
 # -- mechanisms of the similarity groups -----------------------------------------------------------
@@ -223,8 +224,9 @@ class CollectiveFloor(AtLeast):
         value = floor / paper
         return Figure(value, f"at no delay and the fastest rate its collectives carry{_collectives(run)}, {t}'s "
                              f"communication comes to {floor:.3g} of its compute, gpt2m's in the paper to {paper:.3g}: "
-                             f"{apart(value, self.threshold)}x, the nearest any link brings it (a group within {similarity.TOLERANCE:g}x "
-                             f"of that is as near as the link can make it)", reach=similarity.TOLERANCE * value)
+                             f"{apart(value, self.threshold)}x, the nearest any link brings it (a group within "
+                             f"{similarity.TOLERANCE:g}x of that is as near as the link can make it)",
+                      reach=similarity.TOLERANCE * value)
 
 
 def _collectives(run: Run) -> str:
@@ -266,7 +268,8 @@ class GradientsToActivations(AtMost):
         cfg, batch, micro, seq = _paper_setup(gpus or 2 * r["cluster"]["devices_per_host"])
         paper = _gradients_per_activation(flops.param_count(cfg), batch, micro, seq, cfg.n_embd)
         return Figure(here / paper, f"{m['name']}'s gradients are {here:.3g} times one microbatch's activations at a "
-                                    f"stage boundary, gpt2m's {paper:.3g} times at the stated setup: {apart(here / paper, self.threshold, 2)}x")
+                                    f"stage boundary, gpt2m's {paper:.3g} times at the stated setup: "
+                                    f"{apart(here / paper, self.threshold, 2)}x")
 
 
 @dataclass(frozen=True)
