@@ -173,12 +173,15 @@ def test_diloco_settings_the_sweep_cannot_train_are_refused_before_it_runs(given
         beyond.Settings().override(given).check()
 
 
-@pytest.mark.slow  # five techniques to a target on two emulated slices, through Ray
-def test_a_short_sweep_on_two_emulated_slices_times_every_technique_to_one_target(tmp_path):
+@pytest.mark.slow  # three techniques to a target on two emulated slices, through Ray
+def test_a_short_sweep_on_two_emulated_slices_times_the_compared_techniques_to_one_target(tmp_path):
     """The sweep as `reproduce --beyond` runs it, short: on TACC-TACC's link and a far one, the
-    target from Data on VM1, all five techniques from the untrained model to it, MIN_REPEATS
-    times; every run is a result (reached or not), the cross-VM runs counted their bytes on the
-    link, the repeats train the same losses, and the report, its JSON and the figures are written."""
+    target from Data on VM1, the techniques B1 and B2 compare from the untrained model to it,
+    MIN_REPEATS times; every run is a result (reached or not), the cross-VM runs counted their
+    bytes on the link, the repeats train the same losses, and the report, its JSON and the
+    figures are written. ZeRO2 and Shard take the same path to a target (time_to_loss.to_target
+    knows no technique) and the claims' trials time them: swept here too, they made the test 1.7
+    times as long (188 s against 113 on a quiet 2-core machine), the slow tier's longest."""
     from harness.backends import ray_clusters
     from harness.core.config import Budget
     from harness.platform import slices
@@ -187,26 +190,29 @@ def test_a_short_sweep_on_two_emulated_slices_times_every_technique_to_one_targe
 
     require_emulation()
     # The far slice at a fifth of UTAH-GPN's RTT, still 20 times TACC-TACC's: the sweep is under
-    # test, not the link, and at 20 ms Shard's many crossings a step were a third of the test's time.
+    # test, not the link.
     chosen = [slices.load(NEAR), slices.load(FAR).with_rtt(slices.load(FAR).rtt_ms / 5)]
-    settings = beyond.Settings(reference_steps=4, eval_every=2, cap_steps=8, repeats=beyond.MIN_REPEATS)
+    compared = ("Data", "Pipeshard", "DiLoCo")
+    settings = beyond.Settings(reference_steps=4, eval_every=2, cap_steps=8, repeats=beyond.MIN_REPEATS,
+                               techniques=compared)
     with ray_clusters.emulated(chosen) as cluster:
         runner = trials.Runner(cluster, chosen, settings.budget(Budget(model="scale-tiny")), **settings.runner_options)
         done = beyond.sweep(runner, settings)
     d = json.loads(json.dumps(done.to_dict()))
     assert set(d["rtt_ms"]) == {NEAR, FAR} and d["rtt_ms"][FAR] > max(2 * d["rtt_ms"][NEAR], 0.9 * chosen[1].rtt_ms)
-    assert len(d["results"]) == 2 * beyond.MIN_REPEATS * 5
+    assert len(d["results"]) == 2 * beyond.MIN_REPEATS * len(compared)
     for r in d["results"]:
         assert r["status"] in ("reached", "not reached"), r
         assert r["link_bytes"] > 0 and r["curve"][0][2] > d["targets"][r["slice"]]
     for name in (NEAR, FAR):
-        for t in beyond.TECHNIQUES:
+        for t in compared:
             first, *others = beyond.runs(d, t, name)
             for other in others:
                 assert [c[2] for c in first["curve"]] == pytest.approx([c[2] for c in other["curve"]], rel=1e-5)
     judged = beyond.judge(d)
     assert [v["part"] for v in judged] == [beyond.B1, beyond.B2]
     assert all(c["crashed"] == [] for v in judged for c in v["comparisons"])  # no run of the sweep failed
+    assert not any("not among this sweep's techniques" in c["line"] for v in judged for c in v["comparisons"])
     (tmp_path / "beyond.md").write_text(beyond.markdown(d, judged))
     assert sorted(beyond.figures(d, tmp_path)) == sorted([f"beyond-{NEAR}.png", f"beyond-{FAR}.png", "beyond-rtt.png"])
 
