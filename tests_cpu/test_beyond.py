@@ -211,6 +211,7 @@ def test_a_short_sweep_on_two_emulated_slices_times_the_compared_techniques_to_o
                 assert [c[2] for c in first["curve"]] == pytest.approx([c[2] for c in other["curve"]], rel=1e-5)
     judged = beyond.judge(d)
     assert [v["part"] for v in judged] == [beyond.B1, beyond.B2]
+    assert all(v["comparisons"] for v in judged)  # each part compared something: the checks below are not vacuous
     assert all(c["crashed"] == [] for v in judged for c in v["comparisons"])  # no run of the sweep failed
     assert not any("not among this sweep's techniques" in c["line"] for v in judged for c in v["comparisons"])
     (tmp_path / "beyond.md").write_text(beyond.markdown(d, judged))
