@@ -5,6 +5,8 @@ reason when JAX sees no GPU; `pytest -m fabric` runs tests_fabric/ and skips eac
 inventory is given. None of them passes silently: a skip says why.
 """
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,34 @@ def pytest_configure(config):
     # would otherwise pick: a 4-device mesh would not fit on one GPU, and results would differ.
     if cpu_only(config.option.markexpr):
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache():
+    """A persistent compilation cache for this test process, empty when the session starts and
+    removed when it ends. The tests compile the same programs many times over (each technique's
+    step for several checks, the single-device references): a repeat loads the executable the
+    first compile made, its memory analysis included, instead of compiling it again. Only this
+    process uses it: the emulated VMs' workers, the GPU compiler's child and the commands the tests
+    start compile everything themselves, as a user's run does. A cache the user set up is kept."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cache
+
+    if jax.config.jax_compilation_cache_dir:
+        yield None
+        return
+    path = Path(tempfile.mkdtemp(prefix="harness-jax-cache-"))
+    min_seconds = jax.config.jax_persistent_cache_min_compile_time_secs
+    # JAX keeps only compiles of a second or more; most of the tests' programs take less, and repeat.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    try:
+        yield path
+    finally:
+        jax.config.update("jax_compilation_cache_dir", None)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_seconds)
+        cache.reset_cache()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def cpu_only(markexpr: str | None) -> bool:

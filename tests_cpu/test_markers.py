@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,37 @@ def test_this_cpu_run_compiles_for_the_cpu(pytestconfig):
     if not cpu_only(pytestconfig.option.markexpr):
         pytest.skip(f"not a `pytest -m cpu` run (-m {pytestconfig.option.markexpr!r}): JAX picks its own backend")
     assert os.environ.get("JAX_PLATFORMS") == "cpu" and jax.default_backend() == "cpu"
+
+
+def test_this_process_compiles_through_a_cache_of_its_own(compilation_cache):
+    """conftest.compilation_cache: a compile here lands in the session's cache; a process this one
+    starts (a VM's worker, a command) has no cache and compiles everything itself."""
+    import jax
+    import jax.numpy as jnp
+
+    if compilation_cache is None:
+        pytest.skip(f"the run set its own compilation cache ({jax.config.jax_compilation_cache_dir})")
+    before = set(compilation_cache.iterdir())
+    seed = uuid.uuid4().int % 2**20 + 1  # in the program's text: no earlier test compiled it
+
+    def program_of_this_test(x):
+        return (x * seed).sum()
+
+    assert int(jax.jit(program_of_this_test)(jnp.arange(5))) == 10 * seed
+    assert set(compilation_cache.iterdir()) > before
+    assert "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    child = subprocess.run([sys.executable, "-c", "import jax; print(jax.config.jax_compilation_cache_dir)"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "None"
+
+
+def test_the_sessions_compilation_cache_is_gone_when_it_ends(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    proc = run_pytest("-q", "-m", "cpu", "tests_cpu/test_markers.py::test_this_process_compiles_through_a_cache_of_its_own",
+                      env={**env, "TMPDIR": str(tmp_path)})
+    # passed, not skipped: the inner session made its cache in its TMPDIR
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1].startswith("1 passed"), proc.stdout + proc.stderr
+    assert not list(tmp_path.glob("harness-jax-cache-*")), sorted(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("args, said", [
