@@ -88,9 +88,15 @@ def cpu_only(markexpr: str | None) -> bool:
 def pytest_collection_modifyitems(config, items):
     root = Path(__file__).parent
     for item in items:
+        if root not in Path(item.path).parents:
+            continue  # a test file outside the suite, run with this conftest as a plugin: no tier
         top = Path(item.path).relative_to(root).parts[0]
         if top in MARKER_BY_DIR:
             item.add_marker(MARKER_BY_DIR[top])
+
+    for item in items:
+        if "untimed" in item.keywords:
+            check_untimed(item)
 
     if any("gpu" in item.keywords for item in items):
         reason = gpu_missing_reason()
@@ -105,6 +111,23 @@ def pytest_collection_modifyitems(config, items):
             for item in items:
                 if "fabric" in item.keywords:
                     item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# What a test times or starts through its fixtures and marks: such a test shares the machine with
+# nothing, so it may not be marked untimed (CI runs those side by side).
+TIMING_FIXTURES = ("benchmark", "emulation", "backend", "claims_log")
+
+
+def check_untimed(item) -> None:
+    """Stop the session, before any test runs, where the untimed mark would put a timed test or one
+    that brings up VMs beside other tests: its times, or the leak checks' counts, would be the other
+    test's as well."""
+    uses = [f for f in TIMING_FIXTURES if f in item.fixturenames]
+    if "slow" not in item.keywords:
+        raise pytest.UsageError(f"{item.nodeid}: marked untimed but not slow; untimed splits the slow tier only")
+    if uses or item.get_closest_marker("claims_backend"):
+        raise pytest.UsageError(f"{item.nodeid}: marked untimed but times or starts slices through "
+                                f"{', '.join(uses) or 'its claims backend'}; drop the untimed mark")
 
 
 def gpu_missing_reason() -> str | None:

@@ -13,7 +13,7 @@ from harness.errors import BadInput
 from harness.platform import slices
 from harness.platform.hardware import ACCELERATORS, GiB
 
-pytestmark = pytest.mark.slow  # needs the CUDA compiler plugin (a 480 MB download)
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]  # needs the CUDA compiler plugin (a 480 MB download)
 
 
 def test_every_gpu_of_the_hardware_table_has_a_target_description():

@@ -132,3 +132,31 @@ def test_the_gpu_trials_come_in_the_order_of_the_vms_they_train_on():
     cpu = run_pytest("--collect-only", "-q", "-m", "cpu", "tests_cpu/test_claims.py")
     assert sorted(ids) == sorted(line.split("[", 1)[1].rstrip("]") for line in cpu.stdout.splitlines()
                                  if "::test_trial[" in line)  # the same trials as on CPU
+
+
+UNTIMED_PROBES = {
+    "benchmark": "@pytest.mark.slow\n@pytest.mark.untimed\ndef test_it(benchmark):\n    benchmark(sum, [1])\n",
+    "its claims backend": "@pytest.mark.slow\n@pytest.mark.untimed\n@pytest.mark.claims_backend('local')\n"
+                          "def test_it():\n    pass\n",
+    "not slow": "@pytest.mark.untimed\ndef test_it():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("said", UNTIMED_PROBES)
+def test_a_timed_test_marked_untimed_stops_the_session_before_it_runs(tmp_path, said):
+    """CI runs the untimed slow tests side by side (-n 2): a test that times something, or brings
+    up slices whose processes the leak checks count, must not be among them. The suite's conftest,
+    loaded as a plugin, judges a test file outside the suite."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import pytest\n\n\n" + UNTIMED_PROBES[said])
+    proc = run_pytest("-c", str(ROOT / "pyproject.toml"), "-p", "conftest", "--collect-only", "-q", str(probe))
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().startswith("ERROR: ") and said in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_untimed_slow_tests_time_nothing():
+    """The suite's own marks pass that check, and the mark splits the slow tier in two."""
+    untimed = run_pytest("--collect-only", "-q", "-m", "cpu and slow and untimed")
+    assert untimed.returncode == 0, untimed.stdout[-2000:] + untimed.stderr[-2000:]
+    assert "tests_cpu/test_techniques.py::" in untimed.stdout and "tests_cpu/test_claims.py::" not in untimed.stdout

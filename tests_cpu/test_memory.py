@@ -21,7 +21,7 @@ from harness.techniques.pipeshard_stages import in_flight, own_parameters, stage
 from harness.techniques.shard_alpa import NAME as ALPA_SHARD
 from tests_cpu import slice_files
 
-pytestmark = pytest.mark.slow  # compiles every technique's programs at paper scale
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]  # compiles every technique's programs at paper scale
 
 # The memory command's defaults (Alpa's example), which the fixture below runs with.
 COMMAND = Setup(batch_per_gpu=8, remat=False, alpa_shard=False)

@@ -86,6 +86,7 @@ def test_compiled_program_does_not_grow_with_depth():
 
 
 @pytest.mark.slow
+@pytest.mark.untimed
 def test_remat_recomputes_blocks_for_the_same_gradients_in_less_memory():
     """cfg.remat recomputes each block in the backward pass: the gradients are the same numbers,
     and the compiled step keeps fewer bytes of activations."""
@@ -105,6 +106,7 @@ def test_remat_recomputes_blocks_for_the_same_gradients_in_less_memory():
 
 
 @pytest.mark.slow
+@pytest.mark.untimed
 def test_remat_that_saves_the_matmuls_gives_the_same_gradients_and_keeps_more_than_remat():
     """remat_saves="dots" keeps the weight matmuls' outputs: the same gradients, with a compiled
     step between full recomputation and none in the bytes it keeps."""

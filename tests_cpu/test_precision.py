@@ -25,6 +25,7 @@ def test_the_trials_jobs_carry_the_budgets_precision(precision, dtype, full):
 
 
 @pytest.mark.slow
+@pytest.mark.untimed
 def test_full_float32_is_compiled_into_the_step():
     """float32-full asks XLA for full-precision matmuls when the step is compiled, so a worker's
     compiled step keeps it whatever the process's setting is afterwards."""

@@ -28,6 +28,7 @@ def fifth():
 
 
 @pytest.mark.slow
+@pytest.mark.untimed
 def test_a_registered_technique_trains_as_the_one_it_copies(fifth, packed):
     def losses(name):
         plan = technique(name, micro_batches=MICRO_BATCHES).build(MODEL, ClusterShape(2, 2), TRAIN, TRAIN.steps)

@@ -29,7 +29,7 @@ from harness.techniques.shard_alpa import PLANS, AlpaPlan
 from harness.techniques.shard_parallel import IntraOpPlan, choose, estimate
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, RTOL, SHAPES, TRAIN, UNTIED
 
-pytestmark = pytest.mark.slow  # compiles and trains every technique on four devices
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]  # compiles and trains every technique on four devices
 
 
 def run_in_process(name, cfg, shape, packed, **options):

@@ -5,7 +5,7 @@ import pytest
 from harness.core import data, train
 from harness.core.config import TrainConfig, model_config
 
-pytestmark = pytest.mark.slow  # trains the scale models for hundreds of steps
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]  # trains the scale models for hundreds of steps
 
 MODEL = model_config("scale-tiny")
 CONFIG = TrainConfig(steps=300, batch_size=16, seq_len=64, seed=0)

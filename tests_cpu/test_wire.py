@@ -14,7 +14,7 @@ from harness.techniques.shard_alpa import NAME as ALPA_SHARD
 from harness.techniques.shard_alpa import solve
 from tests_cpu.techniques_setup import MICRO_BATCHES, MODEL, TRAIN
 
-pytestmark = pytest.mark.slow  # compiles every technique's step to read its HLO
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]  # compiles every technique's step to read its HLO
 
 HOSTS, PER_HOST = 2, 2
 HLO_OP = {ALL_REDUCE: "all-reduce", REDUCE_SCATTER: "reduce-scatter", ALL_GATHER: "all-gather",
