@@ -69,12 +69,19 @@ def shown(value, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def non_finite(doc, path=()) -> str | None:
-    """The first NaN or infinity in doc (TOML has both; a schema's bounds do not catch NaN)."""
+def first_non_finite(doc, path=()) -> tuple[tuple, float] | None:
+    """(its path, the value) of the first NaN or infinity in doc, or None (TOML has both, and
+    Python's JSON reader takes both; a schema's bounds do not catch NaN)."""
     if isinstance(doc, float) and not math.isfinite(doc):
-        return f"field {field_name(path)!r} must be a finite number, got {doc}"
+        return path, doc
     items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
-    return next((why for key, value in items if (why := non_finite(value, (*path, key)))), None)
+    return next((found for key, value in items if (found := first_non_finite(value, (*path, key)))), None)
+
+
+def non_finite(doc, path=()) -> str | None:
+    """The first NaN or infinity in doc, in words."""
+    found = first_non_finite(doc, path)
+    return None if found is None else f"field {field_name(found[0])!r} must be a finite number, got {found[1]}"
 
 
 def check(doc, name: str, source: str) -> None:

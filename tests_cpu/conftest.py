@@ -1,3 +1,4 @@
+import jax
 import pytest
 
 from harness.core import data, train
@@ -20,6 +21,12 @@ def packed(fixture_corpus):
 def reference(packed):
     """The single-device trainer's losses that every technique must match, tied and untied."""
     return {cfg.name + str(cfg.tie_embeddings): train.train(cfg, TRAIN, packed).losses for cfg in (MODEL, UNTIED)}
+
+
+@pytest.fixture(scope="session")
+def reference_params(packed):
+    """The single-device trainer's parameters after TRAIN's steps, by tie_embeddings."""
+    return {cfg.tie_embeddings: jax.device_get(train.train(cfg, TRAIN, packed).params) for cfg in (MODEL, UNTIED)}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """`python -m harness` as a user runs it: help, a training run with --json, and bad input."""
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -50,6 +51,20 @@ def test_train_precision_and_remat_are_the_models_and_recorded(precision, remat)
     assert record["model"]["remat"] is remat
     assert (record["model"]["scan_unroll"], record["model"]["vocab_multiple"]) == ((2, 64) if remat else (1, 1))
     assert record["throughput"]["peak_arithmetic"] is None  # a CPU: no peak, no MFU
+
+
+@pytest.mark.slow
+@pytest.mark.untimed  # one short training in a subprocess: no link, VM or Ray cluster
+def test_a_training_that_diverges_is_recorded_as_failed(tmp_path):
+    """At a learning rate of 1e30 the loss is NaN from the second step. JSON has no NaN: writing
+    the record once crashed the command and lost it."""
+    out = tmp_path / "runs.jsonl"
+    proc = harness("train", "--model", "scale-tiny", "--steps", "4", "--lr", "1e30", "--out", str(out), "--json")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    [record] = records.read(out)
+    assert record == json.loads(proc.stdout)
+    assert record["status"] == "error" and record["reason"].startswith("training diverged: the loss of recorded step")
+    assert record["steps"] == 4 and None in record["losses"]
 
 
 def test_mfu_divides_by_the_peak_of_the_arithmetic_that_ran():
@@ -196,3 +211,19 @@ print(os.waitstatus_to_exitcode(status))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(128 + signal.SIGTERM)
     assert not marker.exists()
+
+
+def test_a_run_started_from_a_test_on_an_xdist_worker_keeps_its_benchmarks(tmp_path):
+    """reproduce's pytest is a session of its own. Started from a test on a pytest-xdist worker, it
+    once inherited PYTEST_XDIST_WORKER, took itself for that worker, and pytest-benchmark disabled
+    its benchmarks and wrote no benchmark.json. reproduce starts it from a process of its own, as here."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("def test_it(benchmark):\n    benchmark(sum, [1])\n")
+    out = tmp_path / "benchmark.json"
+    start = "import sys\nfrom harness.commands import reproduce\nsys.exit(reproduce._child(sys.argv[1:], sys.stderr))\n"
+    proc = subprocess.run([sys.executable, "-c", start, sys.executable, "-m", "pytest", str(probe), "--noconftest",
+                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "--benchmark-json", str(out)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [b["name"] for b in json.loads(out.read_text())["benchmarks"]] == ["test_it"]

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from harness.backends.layout import visible_gpus
+from harness.commands.reproduce import session_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_pytest(*args, env=None):
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *args],
-                          cwd=ROOT, capture_output=True, text=True, env=env)
+                          cwd=ROOT, capture_output=True, text=True, env=session_env(env or os.environ))
 
 
 def test_gpu_tests_skip_with_reason_without_gpu():

@@ -10,6 +10,7 @@ import jax
 import pytest
 
 from harness.analysis.memory import COMPILE_ONLY, analyse
+from harness.commands.reproduce import session_env
 from harness.core import model, train
 from harness.core.config import Setup, TrainConfig, model_config
 from harness.platform import slices
@@ -177,7 +178,7 @@ def test_a_claims_session_on_a_larger_slice_has_a_cpu_device_for_each_of_its_gpu
     probe.write_text("import jax\n\n\ndef test_devices():\n    assert len(jax.devices('cpu')) == 6\n")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe),
                            "--claims-slices", str(path)], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "JAX_NUM_CPU_DEVICES": "4"})
+                          env={**session_env(os.environ), "JAX_NUM_CPU_DEVICES": "4"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 

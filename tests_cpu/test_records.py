@@ -5,6 +5,7 @@ import pytest
 
 from harness.core import data, train
 from harness.core.config import TrainConfig, model_config
+from harness.paper import claims
 from harness.runs import records
 
 
@@ -67,6 +68,42 @@ def test_malformed_records_are_rejected_naming_the_field(record, path, value, fi
         records.validate(bad)
     with pytest.raises(records.InvalidRecord, match=f"results.jsonl:1: trial record field {field}"):
         records.loads(json.dumps(bad), "results.jsonl:1")
+
+
+@pytest.mark.parametrize("path, factor, field", [
+    (["timing", "median_step_s"], 0.5, "timing/median_step_s"),
+    (["timing", "epoch_time_s"], 2, "timing/epoch_time_s"),
+    (["timing", "step_times_s", 1], 10, "timing/median_step_s"),  # the times under a median left as it was
+    (["tokens"], 2, "tokens"),
+    (["steps"], 2, "steps"),
+    (["throughput", "tflops_alpa"], 3, "throughput/tflops_alpa"),
+    (["throughput", "tflops_rule"], 3, "throughput/tflops_rule"),
+])
+def test_a_record_read_back_whose_derived_field_was_changed_is_refused_naming_it(record, path, factor, field):
+    """The verdicts read what a run derives (an epoch's time from the median step time, TFLOP/s):
+    in a file where it no longer follows from the step times, one of them was changed after the run."""
+    target = record
+    for key in path:
+        target = target[key]
+    bad = mutate(record, path, target * factor)
+    records.validate(bad)  # the schema has no quarrel with it
+    with pytest.raises(records.InvalidRecord, match=f"^results.jsonl:1: trial record field {field}: .* changed after"):
+        records.loads(json.dumps(bad), "results.jsonl:1")
+    assert records.loads(json.dumps(record)) == record
+
+
+def test_a_run_whose_loss_diverged_is_recorded_as_a_failed_trial(record):
+    """A NaN loss is no measurement of training: the run is an error, its NaN losses are nulls
+    (JSON has no NaN), and the record is written and read back like any other."""
+    model_cfg, cfg = model_config("scale-tiny"), TrainConfig(steps=3, batch_size=8, seq_len=32)
+    run = train.TrainRun(3, losses=[7.0, float("nan"), float("inf")], step_times_s=[0.5, 0.1, 0.1])
+    diverged = records.build(model_cfg, cfg, None, run)
+    assert diverged["status"] == "error" and diverged["losses"] == [7.0, None, None]
+    assert diverged["reason"] == "training diverged: the loss of recorded step 2 of 3 is nan, not a finite number"
+    assert records.loads(records.dumps(diverged)) == diverged
+    assert claims.state(diverged) == "crashed"
+    interrupted = records.build(model_cfg, cfg, None, run, status="error", reason="interrupted by the user")
+    assert interrupted["reason"] == "interrupted by the user"  # a failure already recorded keeps its reason
 
 
 def test_failed_trial_with_reason_is_valid(record):

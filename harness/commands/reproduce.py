@@ -239,6 +239,13 @@ def _pytest(argv: list[str]) -> int:
     return _child(argv, stdout=sys.stderr)
 
 
+def session_env(environ) -> dict:
+    """The environment for a pytest session of its own, started from inside another one: without
+    pytest-xdist's variables. A child that inherits PYTEST_XDIST_WORKER from a test running on an
+    xdist worker takes itself for that worker, and pytest-benchmark then disables its benchmarks."""
+    return {k: v for k, v in environ.items() if not k.startswith("PYTEST_XDIST_")}
+
+
 def _child(argv: list[str], stdout) -> int:
     """pytest in a child process with its output on our stderr. Ctrl-C (or SIGTERM) is passed on,
     so that its fixtures record the interrupted trial, write the report and tear the emulated
@@ -246,7 +253,7 @@ def _child(argv: list[str], stdout) -> int:
     # Run in the background (nohup, `&` from a script), we ignore SIGINT and the child would too:
     # give it SIGINT back, or the Ctrl-C we pass on (after a SIGTERM to us) could not stop it.
     # Four CPU devices in the test process: the memory claims compile for up to 4 GPUs at once.
-    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "4"}
+    env = {**session_env(os.environ), "JAX_NUM_CPU_DEVICES": "4"}
     proc = subprocess.Popen(argv, stdout=stdout, env=env, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:

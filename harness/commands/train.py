@@ -89,6 +89,7 @@ def run(args) -> tuple[int, dict]:
         records.append(args.out, record)
     if not args.json:
         print_summary(record)
+    status, reason = record["status"], record["reason"]  # a run that diverged is recorded as an error
     return (0 if status == "ok" else 130 if reason == "interrupted by the user" else 1), record
 
 
@@ -100,7 +101,8 @@ def print_summary(r: dict) -> None:
         f"steps         {r['steps']} x {r['batch']['global_batch']} x {r['batch']['seq_len']} tokens",
     ]
     if r["losses"]:
-        lines.append(f"loss          {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+        shown = lambda loss: "not a number" if loss is None else f"{loss:.4f}"
+        lines.append(f"loss          {shown(r['losses'][0])} -> {shown(r['losses'][-1])}")
     if t["median_step_s"]:
         lines += [f"compile       {t['compile_s']:.2f} s",
                   f"step time     {t['median_step_s'] * 1e3:.1f} ms (median, first {t['excluded_warmup_steps']} excluded)",

@@ -6,7 +6,6 @@ the placement of state, while the loop, the timing and the record stay the same.
 is done ahead of the loop so that its time is reported on its own and no step time includes it.
 """
 import functools
-import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -34,8 +33,7 @@ class TrainRun:
 
     @property
     def median_step_s(self) -> float | None:
-        timed = self.step_times_s[self.excluded_steps:] or self.step_times_s
-        return statistics.median(timed) if timed else None
+        return records.median_step_s(self.step_times_s, self.excluded_steps)
 
 
 def total_steps(cfg: TrainConfig, data: PackedCorpus) -> int:

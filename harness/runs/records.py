@@ -6,7 +6,9 @@ consumer (claims, reports, regression comparison). Records are stored one per li
 """
 import datetime
 import json
+import math
 import re
+import statistics
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,14 +132,65 @@ def dumps(record: dict) -> str:
 
 
 def loads(line: str, where: str = "<string>") -> dict:
+    """A record from a file: refused in one line where it is not as a run writes it. Beyond the
+    schema, a run writes no NaN or infinity (dumps), and the fields it derives follow from what it
+    derived them from (underived())."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
         raise InvalidRecord(f"{where}: not JSON ({e})") from None
     try:
-        return validate(record)
+        validate(record)
     except InvalidRecord as e:
         raise InvalidRecord(f"{where}: {e}") from None
+    found = schemas.first_non_finite(record)
+    if found:
+        raise InvalidRecord(f"{where}: trial record field {'/'.join(map(str, found[0]))}: {found[1]} is not a finite "
+                            "number, and a run writes no NaN or infinity")
+    why = underived(record)
+    if why:
+        raise InvalidRecord(f"{where}: trial record field {why}")
+    return record
+
+
+def median_step_s(step_times_s: list[float], excluded_steps: int) -> float | None:
+    """The median of the timed steps: those after the excluded warm-up, or all where none is left."""
+    timed = step_times_s[excluded_steps:] or step_times_s
+    return statistics.median(timed) if timed else None
+
+
+def underived(r: dict) -> str | None:
+    """The first field that build() derives from others and that does not follow from them, in
+    words, or None. The verdicts read the derived fields (epoch_time_s, median_step_s, TFLOP/s):
+    in a record whose step times say otherwise, one of the two was changed after the run."""
+    t, th, cluster = r["timing"], r["throughput"], r["cluster"]
+    median = median_step_s(t["step_times_s"], t["excluded_warmup_steps"])
+    per_epoch, devices = r["data"]["steps_per_epoch"], cluster["hosts"] * cluster["devices_per_host"]
+    derived = {  # field: (what the run derived it from, its value from those)
+        "steps": ("its losses", len(r["losses"])),
+        "tokens": ("steps x batch/global_batch x batch/seq_len",
+                   r["steps"] * r["batch"]["global_batch"] * r["batch"]["seq_len"]),
+        "timing/median_step_s": ("timing/step_times_s after timing/excluded_warmup_steps", median),
+        "timing/epoch_time_s": ("timing/median_step_s x data/steps_per_epoch",
+                                median * per_epoch if median and per_epoch else None),
+    }
+    for rule in ("alpa", "rule"):  # records made before a rule was kept have neither field
+        if f"flops_per_step_{rule}" in th and f"tflops_{rule}" in th:
+            derived[f"throughput/tflops_{rule}"] = (
+                f"throughput/flops_per_step_{rule}, the median step and the devices",
+                flops.tflops(th[f"flops_per_step_{rule}"], median, devices) if median else None)
+    for name, (source, expected) in derived.items():
+        section, _, key = name.rpartition("/")
+        value = (r[section] if section else r)[key]
+        if not _same(value, expected):
+            return f"{name}: {value!r}, where {source} give {expected!r}: changed after the run"
+    return None
+
+
+def _same(value, expected) -> bool:
+    if value is None or expected is None:
+        return value is None and expected is None
+    return math.isclose(value, expected, rel_tol=1e-9)  # the same arithmetic, read back from JSON
 
 
 def append(path: str | Path, record: dict) -> None:
@@ -176,8 +229,13 @@ def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str
     cluster = where.cluster
     n_devices = cluster["hosts"] * cluster["devices_per_host"]
     seq_len = data.seq_len if data else cfg.resolved_seq_len(model_cfg)
-    steps = len(run.losses) if run else 0
+    losses = run.losses if run else []
+    steps = len(losses)
     median = run.median_step_s if run else None
+    diverged = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+    if diverged is not None and status == "ok":  # no measurement of training, and JSON has no NaN
+        status, reason = "error", (f"training diverged: the loss of recorded step {diverged + 1} of {steps} is "
+                                   f"{losses[diverged]}, not a finite number")
     alpa = flops.alpa_step_flops(model_cfg, cfg.batch_size, seq_len)
     rule = flops.rule_step_flops(model_cfg, cfg.batch_size, seq_len)
     per_epoch = data.steps_per_epoch(cfg.batch_size) if data else None
@@ -203,7 +261,7 @@ def build(model_cfg, cfg, data, run, where: Placement = Placement(), status: str
         precision=model_cfg.dtype,
         steps=steps,
         tokens=steps * cfg.batch_size * seq_len,
-        losses=run.losses if run else [],
+        losses=[loss if math.isfinite(loss) else None for loss in losses],
         timing={"compile_s": run.compile_s if run else None,
                 "step_times_s": run.step_times_s if run else [],
                 "excluded_warmup_steps": run.excluded_steps if run else WARMUP_STEPS_EXCLUDED,
