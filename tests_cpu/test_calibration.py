@@ -6,6 +6,7 @@ cluster calibrating here would repeat those trials for nothing."""
 import pytest
 
 from harness.analysis import similarity
+from harness.analysis.netmodel import Network
 from harness.core.config import Budget, model_config
 from harness.errors import BadInput
 from harness.experiments import calibration
@@ -21,12 +22,12 @@ def scaled(rtt_ms: float, rate: float) -> similarity.Scaled:
 
 def test_a_scaled_slice_takes_the_rtt_and_a_rate_only_below_what_the_link_carries():
     sl = slices.load("UTAH-GPN")
-    slow = calibration.scaled_slice(sl, scaled(61.5, 2e7), link_bytes_per_s=1e9)
+    slow = calibration.scaled_slice(sl, scaled(61.5, 2e7), Network(link_bytes_per_s=1e9))
     assert (slow.name, slow.vms, slow.rtt_ms) == (sl.name, sl.vms, 61.5)
     assert slow.rtt_between("vm1", "vm2") == pytest.approx(61.5)
     assert slow.bandwidth_gbps == pytest.approx(2e7 * 8 / 1e9)
     assert slow.shape("vm1", "vm2").bandwidth_gbps == pytest.approx(0.16)  # the emulated link gets the rate
-    full = calibration.scaled_slice(sl, scaled(61.5, 0.95e9), link_bytes_per_s=1e9)
+    full = calibration.scaled_slice(sl, scaled(61.5, 0.95e9), Network(link_bytes_per_s=1e9))
     assert full.bandwidth_gbps is None and full.shape("vm1", "vm2").delay_only  # TSO stays on: no rate to shape
 
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_pytest(*args, env=None):
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *args],
-                          cwd=ROOT, capture_output=True, text=True, env=session_env(env or os.environ))
+                          cwd=ROOT, capture_output=True, text=True, env=session_env(os.environ if env is None else env))
 
 
 def test_gpu_tests_skip_with_reason_without_gpu():

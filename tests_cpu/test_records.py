@@ -92,7 +92,7 @@ def test_a_record_read_back_whose_derived_field_was_changed_is_refused_naming_it
     assert records.loads(json.dumps(record)) == record
 
 
-def test_a_run_whose_loss_diverged_is_recorded_as_a_failed_trial(record):
+def test_a_run_whose_loss_diverged_is_recorded_as_a_failed_trial():
     """A NaN loss is no measurement of training: the run is an error, its NaN losses are nulls
     (JSON has no NaN), and the record is written and read back like any other."""
     model_cfg, cfg = model_config("scale-tiny"), TrainConfig(steps=3, batch_size=8, seq_len=32)

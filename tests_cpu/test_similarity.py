@@ -55,6 +55,23 @@ def test_the_scale_model_needs_longer_rtts_further_apart_as_the_paper_s_slices_a
         assert 1 <= s.worst_ratio("latency") < 10 and set(s.to_dict()["worst_ratio"]) == {"latency", "bandwidth"}
 
 
+def test_a_group_no_link_brings_near_is_not_left_to_drift_where_the_others_take_the_link():
+    """A loaded run's calibration (gloo at 12.5 MB/s, 33 ms a collective): every bandwidth group
+    is beyond the tolerance on any link, so the fit leaves them out; left free, they let it shape
+    UTAH-GPN to 3.5 MB/s (for no group's sake: the latency groups do not depend on the rate), which
+    put them 3.4x past their floor. The link kept leaves each within the tolerance of the nearest
+    any link gives it (limits.CollectiveFloor's reach), and the link unshaped."""
+    net = Network(link_bytes_per_s=12.47e6, window_bytes=26.7e3, initial_window_bytes=26.7e3, ring_over_devices=False,
+                  flows_per_peer=1, per_collective_s=0.0332, per_tensor=False, overlaps_compute=False)
+    model = calibration.ScaleModel.of(SMALL, 2, 2, True, {})
+    s = calibration.scale_one(model, slices.load("UTAH-GPN"), net, 19.35e9)
+    assert similarity.shaped(net, s.link_bytes_per_s) is None
+    for t in s.target:
+        assert s.ratio(t, "bandwidth") > similarity.TOLERANCE  # out of reach: what this test is about
+        assert s.model[t]["bandwidth"] <= similarity.TOLERANCE * s.literal[t]["bandwidth"]
+    assert s.ratio("Data", "latency") <= similarity.TOLERANCE
+
+
 def test_a_group_the_scale_model_lacks_is_infinitely_off_not_skipped():
     target = {"Data": {"latency": 2.0, "bandwidth": 0.5}, "Pipeshard": {"latency": 1.0, "bandwidth": 0.0}}
     model = {"Data": {"latency": 4.0, "bandwidth": 0.0}, "Pipeshard": {"latency": 0.5, "bandwidth": 0.3}}

@@ -81,8 +81,8 @@ def _predict(r: dict, net: Network, device_flops: float, by_name: dict) -> costm
     sl = _slice(r, by_name)
     shaped = [d["bandwidth_gbps"] * 1e9 / 8 for d in (r["cluster"]["network"].get("links") or {}).values()
               if d.get("bandwidth_gbps")]
-    if shaped:  # a link given a rate (similarity scaling) carries at most that
-        net = replace(net, link_bytes_per_s=min([net.link_bytes_per_s, *shaped]))
+    if shaped:  # a link given a rate (similarity scaling): its windows queue for it (Network.shaped_bytes_per_s)
+        net = replace(net, shaped_bytes_per_s=min(shaped))
     vms = tuple(r["cluster"]["vms_used"])
     devices = costmodel.Devices(tuple(device_flops * share(r, vm) for vm in vms), tuple(1e15 for _ in vms),
                                 sl.gpus_per_vm)

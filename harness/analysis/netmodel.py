@@ -79,6 +79,12 @@ class Network:
     # alongside it, as XLA's asynchronous collectives do on GPUs; the CPU runtime runs it alone
     # (docs/techniques.md, DiLoCo).
     overlaps_compute: bool = True
+    # The rate an emulated link is shaped to (the delay link's or netem's serialisation), where it is
+    # shaped. A window's segments queue for it on top of their round trip, so a flow that its window
+    # holds back carries window / (RTT + window / rate), not the smaller of window / RTT and the rate:
+    # with the scale model's few jumbo segments per window the ACK clock cannot hide the queue
+    # (docs/selection-and-costmodel.md, "A shaped link").
+    shaped_bytes_per_s: float | None = None
 
     @property
     def peer_window_bytes(self) -> float:
@@ -95,22 +101,30 @@ class Network:
         window = flow_bytes_per_s * rtt_ms / 1e3
         return replace(self, window_bytes=window, initial_window_bytes=min(self.initial_window_bytes, window))
 
+    def flow_bytes_per_s(self, rtt_s: float) -> float:
+        """What one connection between two ranks carries per second once its window is open: the
+        link's rate, or its window per round trip where that is less (a round trip that a shaped
+        link lengthens by the window's own queueing)."""
+        link = min(self.link_bytes_per_s, self.shaped_bytes_per_s or math.inf)
+        queued = self.peer_window_bytes / self.shaped_bytes_per_s if self.shaped_bytes_per_s else 0.0
+        return link if rtt_s <= 0 else min(link, self.peer_window_bytes / (rtt_s + queued))
+
     def send_s(self, nbytes: float, rtt_s: float) -> float:
         """One TCP connection moving nbytes from a cold start (after idle): one-way latency, then
-        round trips whose window doubles from the initial one (slow start) up to
-        cap = min(window, link x RTT), after which it carries cap per round trip."""
+        round trips whose window doubles from the initial one (slow start) up to what the flow
+        carries per round trip (flow_bytes_per_s), after which it carries that."""
         if nbytes <= 0:
             return 0.0
+        rate = self.flow_bytes_per_s(rtt_s)
         if rtt_s <= 0:
-            return nbytes / self.link_bytes_per_s
-        cap = min(self.peer_window_bytes, self.link_bytes_per_s * rtt_s)
+            return nbytes / rate
+        cap = rate * rtt_s
         first = min(self.initial_window_bytes, cap)
         opening = max(0, math.ceil(math.log2(cap / first)))  # round trips before the window is fully open
         carried = first * (2**opening - 1)  # what those round trips carry
         if nbytes <= carried:
             return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s
-        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / min(self.peer_window_bytes / rtt_s,
-                                                                       self.link_bytes_per_s)
+        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / rate
 
     def ring_s(self, nbytes: float, hosts: int, devices: int, rtt_s: float, phases: int) -> float:
         """A ring collective over hosts x devices moving nbytes per rank: phases = 2 for an

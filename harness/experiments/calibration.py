@@ -45,7 +45,6 @@ PAPER_MODEL = "gpt2m"
 # a second would make Shard's trial (hundreds of round trips a step) take hours.
 RTT_BOUNDS_MS = (0.05, 1000.0)
 LOWEST_RATE = 1e6
-UNSHAPED = 0.9  # a rate this close to what the link carries anyway is left unshaped
 # Four segments of the emulated link's MTU: below it a window holds too few segments for TCP's ACK
 # clock (delayed ACKs would set the pace, not the window).
 MIN_TCP_BUFFER = 2 * 4 * 9000
@@ -136,11 +135,11 @@ def literal_link(sl: Slice) -> dict:
             "rtt_ms": sl.rtt_ms, "bandwidth_gbps": sl.bandwidth_gbps}
 
 
-def scaled_slice(sl: Slice, s: similarity.Scaled, link_bytes_per_s: float) -> Slice:
+def scaled_slice(sl: Slice, s: similarity.Scaled, net: Network) -> Slice:
     """The paper's slice on the scaled link: its RTT (every pair's in proportion), and its rate
-    unless the link carries about that anyway."""
-    shaped = s.link_bytes_per_s < UNSHAPED * link_bytes_per_s
-    return dataclasses.replace(sl.scaled_to(s.rtt_ms), bandwidth_gbps=s.link_bytes_per_s * 8 / 1e9 if shaped else None)
+    unless the collectives carry about that anyway (similarity.shaped)."""
+    rate = similarity.shaped(net, s.link_bytes_per_s)
+    return dataclasses.replace(sl.scaled_to(s.rtt_ms), bandwidth_gbps=rate * 8 / 1e9 if rate else None)
 
 
 def apply(runner: Runner, mode: str, keep) -> Scaling:
@@ -168,7 +167,7 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
     for i, sl in enumerate(runner.paper_slices.values()):
         s, here = scaling.scaled[i], net
         for _ in range(REFINE_ROUNDS if sl.rtt_ms >= TWO_SITE_MS else 0):
-            runner.set_slice(scaled_slice(sl, s, net.link_bytes_per_s))
+            runner.set_slice(scaled_slice(sl, s, net))
             record = runner.measure(Trial.on(sl, Technique.DATA), keep)
             if record["status"] != "ok":
                 raise CalibrationFailed(f"Data on {sl.name}'s scaled link failed, so it cannot be refined: "
@@ -179,7 +178,7 @@ def apply(runner: Runner, mode: str, keep) -> Scaling:
             scaling.calibration["window_bytes_on"][sl.name] = here.window_bytes
             if abs(s.rtt_ms / before.rtt_ms - 1) < SETTLED:
                 break
-        at = scaled_slice(sl, s, net.link_bytes_per_s)
+        at = scaled_slice(sl, s, net)
         scaling.scaled[i] = ran_on(model, sl, here, device_flops, at.rtt_ms, at.bandwidth_gbps)
         runner.set_slice(at)
         runner.scaling[sl.name] = {"mode": SIMILARITY, "paper_rtt_ms": sl.rtt_ms,
