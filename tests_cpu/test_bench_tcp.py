@@ -25,6 +25,7 @@ from harness.analysis.netmodel import TCP_INITIAL_WINDOW_SEGMENTS, Network
 from harness.backends.collective import AllReduce
 from harness.backends.emulation.network import MTU, EmulatedNetwork, tcp_window_bytes, transfer
 from harness.core import config, model
+from harness.experiments.calibration import MIN_TCP_BUFFER
 from harness.platform import slices
 
 # slow: benchmarks TCP and gloo over emulated links
@@ -141,7 +142,6 @@ def test_a_shaped_link_queues_each_window_on_top_of_its_round_trip(benchmark):
     of window / RTT and the rate. The window is what the flow kept in flight unshaped, on the same
     link. Load only slows a flow, so the assertion (nearer the queueing form than the other) holds
     on a busy machine; both forms and the ratio go to the benchmark JSON."""
-    from harness.experiments.calibration import MIN_TCP_BUFFER
     rtt_ms, rate = 7.0, 6.6e6
     sl = slices.load("UTAH-GPN").scaled_to(rtt_ms)
     with EmulatedNetwork(sl, tcp_buffer_bytes=MIN_TCP_BUFFER) as network:

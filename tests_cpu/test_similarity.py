@@ -72,6 +72,22 @@ def test_a_group_no_link_brings_near_is_not_left_to_drift_where_the_others_take_
     assert s.ratio("Data", "latency") <= similarity.TOLERANCE
 
 
+def test_a_fit_just_under_the_unshaped_rate_does_not_keep_the_link_shaped():
+    """A loaded run's second refinement (gloo at 12.2 MB/s, 41 ms a collective, a 22.9 kB
+    window): Powell settled at 10.9 MB/s, just under UNSHAPED, where every window queues, and at
+    2.2 ms, half the RTT the unshaped link needs. The unshaped link matched as many groups and was
+    nearer by least squares, but no fit started there. The link kept is unshaped and nearer."""
+    net = Network(link_bytes_per_s=12.163e6, window_bytes=22.93e3, initial_window_bytes=22.93e3, ring_over_devices=False,
+                  flows_per_peer=1, per_collective_s=0.04132, per_tensor=False, overlaps_compute=False)
+    model = calibration.ScaleModel.of(SMALL, 2, 2, True, {})
+    utah = slices.load("UTAH-GPN")
+    s = calibration.scale_one(model, utah, net, 20.83e9)
+    under = calibration.ran_on(model, utah, net, 20.83e9, 2.219, 10.945e6 * 8 / 1e9)
+    assert similarity.shaped(net, 10.945e6) is not None  # the point the search once kept is shaped
+    assert similarity.shaped(net, s.link_bytes_per_s) is None
+    assert s.distance() < under.distance()
+
+
 def test_a_group_the_scale_model_lacks_is_infinitely_off_not_skipped():
     target = {"Data": {"latency": 2.0, "bandwidth": 0.5}, "Pipeshard": {"latency": 1.0, "bandwidth": 0.0}}
     model = {"Data": {"latency": 4.0, "bandwidth": 0.0}, "Pipeshard": {"latency": 0.5, "bandwidth": 0.3}}

@@ -151,7 +151,8 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
     groups where its collectives are slow), once left out, is also fitted aimed at the nearest a
     link brings it, and that link is a candidate too: left free, such a group let the fit set
     whatever rate the other groups did not mind, and least squares over all groups then prefers
-    the aimed link where it leaves no more groups beyond the tolerance."""
+    the aimed link where it leaves no more groups beyond the tolerance. Every fit is also made
+    with the link unshaped, and that link is a candidate too."""
     target = {t: groups(t, sl, paper_cfg, paper_setup) for t in techniques}
 
     def model_at(x) -> tuple[Slice, Network]:
@@ -180,15 +181,18 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
     out_of_reach = frozenset(k for k, v in aim.items() if factor(v, paper[k]) > TOLERANCE)
     aim = {k: aim[k] if k in out_of_reach else want for k, want in paper.items() if aim[k] > 0}
 
-    def fit(left: frozenset, aims: dict) -> tuple:
+    def fit(left: frozenset, aims: dict, within: list) -> tuple:
         # The groups jump where a flow's window stops covering the link's bandwidth-delay product,
         # so the error has steps: Powell started on the slice's own link has ended further off
         # than it started, and started elsewhere it settles in another basin. So it runs from the
         # own link and from the best point of a grid over the bounds, and the best point seen wins.
         def err(x):
             return error_of(model_groups(x), left, aims)
-        starts = [own, min(zip(grid, on_grid), key=lambda p: error_of(p[1], left, aims))[0]]
-        ends = [tuple(scipy.optimize.minimize(err, x, method="Powell", bounds=bounds, options={"xtol": 1e-3}).x)
+
+        def inside(x):
+            return tuple(min(max(v, lo), hi) for v, (lo, hi) in zip(x, within))
+        starts = [inside(own), inside(min(zip(grid, on_grid), key=lambda p: error_of(p[1], left, aims))[0])]
+        ends = [tuple(scipy.optimize.minimize(err, x, method="Powell", bounds=within, options={"xtol": 1e-3}).x)
                 for x in starts]
         return min(starts + ends, key=err)
 
@@ -196,12 +200,22 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
         at, link = model_at(x)
         return on_link(sl, paper_cfg, paper_setup, cfg, setup, net, devices, at.rtt_ms, math.exp(x[1]), techniques)
 
+    # Just under UNSHAPED every window starts to queue (netmodel), so the groups step there and a
+    # fit started on the shaped side stays there: under load one settled at 0.9 of the
+    # collectives' rate, shaped, at half the RTT of an unshaped link that matched as many groups
+    # and was nearer by least squares. So every fit is also made on the unshaped link, the RTT
+    # alone, and Scaled.distance judges between them.
+    unshaped = [bounds[0], (math.log(net.link_bytes_per_s),) * 2]
+
+    def fits(left: frozenset, aims: dict) -> list[Scaled]:
+        return [scaled(fit(left, aims, within)) for within in (bounds, unshaped)]
+
     links, left = [scaled(own)], frozenset()
     while True:
-        fitted = scaled(fit(left, paper))
-        links.append(fitted)
+        fitted, pinned = fits(left, paper)
+        links += [fitted, pinned]
         if left & out_of_reach:  # the same fit with those out of reach aiming at their nearest
-            links.append(scaled(fit(left - out_of_reach, aim)))
+            links += fits(left - out_of_reach, aim)
         worst = max((m for m in fitted.misses(TOLERANCE) if (m["technique"], m["group"]) not in left),
                     key=lambda m: m["ratio"], default=None)
         if worst is None:
@@ -234,7 +248,9 @@ def shaped(net: Network, link_bytes_per_s: float) -> float | None:
 
 
 def link_at(net: Network, link_bytes_per_s: float) -> Network:
-    """net on a link of that rate: shaped to it, or left as it is (shaped)."""
+    """`net` on an emulated link of `link_bytes_per_s`: shaped to that rate, or unshaped where
+    the rate is about what the collectives carry anyway (`shaped`), so that the cost model queues
+    each window only where the link would."""
     return replace(net, shaped_bytes_per_s=shaped(net, link_bytes_per_s))
 
 
