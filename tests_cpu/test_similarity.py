@@ -55,14 +55,21 @@ def test_the_scale_model_needs_longer_rtts_further_apart_as_the_paper_s_slices_a
         assert 1 <= s.worst_ratio("latency") < 10 and set(s.to_dict()["worst_ratio"]) == {"latency", "bandwidth"}
 
 
+def gloo_under_load(link_bytes_per_s: float, window_bytes: float, per_collective_s: float) -> Network:
+    """What a loaded run's calibration measured of gloo between the VMs: its collectives' rate,
+    the TCP window refit from its Data trial and each collective's fixed cost."""
+    return Network(link_bytes_per_s=link_bytes_per_s, window_bytes=window_bytes, initial_window_bytes=window_bytes,
+                   ring_over_devices=False, flows_per_peer=1, per_collective_s=per_collective_s, per_tensor=False,
+                   overlaps_compute=False)
+
+
 def test_a_group_no_link_brings_near_is_not_left_to_drift_where_the_others_take_the_link():
     """A loaded run's calibration (gloo at 12.5 MB/s, 33 ms a collective): every bandwidth group
     is beyond the tolerance on any link, so the fit leaves them out; left free, they let it shape
     UTAH-GPN to 3.5 MB/s (for no group's sake: the latency groups do not depend on the rate), which
     put them 3.4x past their floor. The link kept leaves each within the tolerance of the nearest
     any link gives it (limits.CollectiveFloor's reach), and the link unshaped."""
-    net = Network(link_bytes_per_s=12.47e6, window_bytes=26.7e3, initial_window_bytes=26.7e3, ring_over_devices=False,
-                  flows_per_peer=1, per_collective_s=0.0332, per_tensor=False, overlaps_compute=False)
+    net = gloo_under_load(12.47e6, 26.7e3, 0.0332)
     model = calibration.ScaleModel.of(SMALL, 2, 2, True, {})
     s = calibration.scale_one(model, slices.load("UTAH-GPN"), net, 19.35e9)
     assert similarity.shaped(net, s.link_bytes_per_s) is None
@@ -77,8 +84,7 @@ def test_a_fit_just_under_the_unshaped_rate_does_not_keep_the_link_shaped():
     window): Powell settled at 10.9 MB/s, just under UNSHAPED, where every window queues, and at
     2.2 ms, half the RTT the unshaped link needs. The unshaped link matched as many groups and was
     nearer by least squares, but no fit started there. The link kept is unshaped and nearer."""
-    net = Network(link_bytes_per_s=12.163e6, window_bytes=22.93e3, initial_window_bytes=22.93e3, ring_over_devices=False,
-                  flows_per_peer=1, per_collective_s=0.04132, per_tensor=False, overlaps_compute=False)
+    net = gloo_under_load(12.163e6, 22.93e3, 0.04132)
     model = calibration.ScaleModel.of(SMALL, 2, 2, True, {})
     utah = slices.load("UTAH-GPN")
     s = calibration.scale_one(model, utah, net, 20.83e9)

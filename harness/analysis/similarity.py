@@ -177,9 +177,9 @@ def scale(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, s
     # A group that no link of the grid brings within the tolerance may instead aim at the nearest
     # any of them brings it: left out as the others' fit goes on, it went wherever they took the
     # link (under load, a rate a third of what the collectives carried, for no group's sake).
-    aim = {k: min((m[k[0]][k[1]] for m in on_grid), key=lambda v: factor(v, want)) for k, want in paper.items()}
-    out_of_reach = frozenset(k for k, v in aim.items() if factor(v, paper[k]) > TOLERANCE)
-    aim = {k: aim[k] if k in out_of_reach else want for k, want in paper.items() if aim[k] > 0}
+    nearest = {k: min((m[k[0]][k[1]] for m in on_grid), key=lambda v: factor(v, want)) for k, want in paper.items()}
+    out_of_reach = frozenset(k for k, v in nearest.items() if factor(v, paper[k]) > TOLERANCE)
+    aim = {k: nearest[k] if k in out_of_reach else want for k, want in paper.items() if nearest[k] > 0}
 
     def fit(left: frozenset, aims: dict, within: list) -> tuple:
         # The groups jump where a flow's window stops covering the link's bandwidth-delay product,
