@@ -111,6 +111,20 @@ def test_slow_start_costs_round_trips_before_the_window_opens():
     assert NET.send_s(3 * iw, rtt) == pytest.approx(rtt / 2 + 2 * rtt)  # then the window doubles
 
 
+def test_on_a_shaped_link_the_windows_of_slow_start_queue_too():
+    """While the window opens, each round trip is also as long as its window takes to drain at the
+    shaped rate, as once it is open (flow_bytes_per_s): a cold transfer pays its bytes over the rate
+    on top of its round trips, and its window opens to the flow's own."""
+    rtt, rate = 0.02, 5e6
+    net = Network(link_bytes_per_s=12.5e6, window_bytes=80e3, initial_window_bytes=10e3, flows_per_peer=1,
+                  shaped_bytes_per_s=rate)
+    assert net.send_s(10e3, rtt) == pytest.approx(rtt / 2 + rtt + 10e3 / rate)
+    assert net.send_s(30e3, rtt) == pytest.approx(rtt / 2 + 2 * rtt + 30e3 / rate)
+    carried = 10e3 + 20e3 + 40e3  # three round trips open it to 80 kB, the flow's window
+    assert net.send_s(1e6, rtt) == pytest.approx(rtt / 2 + 3 * rtt + carried / rate
+                                                 + (1e6 - carried) / net.flow_bytes_per_s(rtt))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(slices.TABLE_I_ORDER), st.floats(0.0, 200.0), st.floats(0.1, 100.0))
 def test_every_step_grows_with_rtt_and_is_the_sum_of_its_terms(name, rtt_a, extra):

@@ -1,6 +1,7 @@
 """Similarity scaling (harness.analysis.similarity): the groups that decide the orderings, and the link
 that gives the scale model the paper's."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,26 @@ def test_a_fit_just_under_the_unshaped_rate_does_not_keep_the_link_shaped():
     assert similarity.shaped(net, 10.945e6) is not None  # the point the search once kept is shaped
     assert similarity.shaped(net, s.link_bytes_per_s) is None
     assert s.distance() < under.distance()
+
+
+def test_a_rate_the_records_give_is_priced_shaped_even_where_the_search_would_leave_it_unshaped():
+    """A rate in a run's records was set on its link, so the link's windows queue for it, as the
+    cost model's check of the trials prices them (costmodel_check), even at a rate where the search
+    would not have shaped the link: the groups the records give (calibration.ran_on) are the
+    shaped link's. A doctored record's rate once gave groups on an unshaped link beside a check
+    that priced its trials shaped."""
+    net = gloo_under_load(12.163e6, 22.93e3, 0.04132)
+    model = calibration.ScaleModel.of(SMALL, 2, 2, True, {})
+    utah = slices.load("UTAH-GPN")
+    rate, rtt_ms = 0.95 * net.link_bytes_per_s, 4.0
+    assert similarity.shaped(net, rate) is None  # the search would leave this link unshaped
+    given = calibration.ran_on(model, utah, net, 20.83e9, rtt_ms, rate * 8 / 1e9)
+    shaped = replace(net, shaped_bytes_per_s=rate)
+    for t in given.model:
+        assert given.model[t] == pytest.approx(similarity.groups(t, utah.with_rtt(rtt_ms), model.cfg, model.setup, shaped,
+                                                                 model.devices(utah, 20.83e9)))
+    unshaped = calibration.ran_on(model, utah, net, 20.83e9, rtt_ms, None)
+    assert given.model["Data"]["latency"] > unshaped.model["Data"]["latency"]
 
 
 def test_a_group_the_scale_model_lacks_is_infinitely_off_not_skipped():

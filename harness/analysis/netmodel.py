@@ -112,19 +112,24 @@ class Network:
     def send_s(self, nbytes: float, rtt_s: float) -> float:
         """One TCP connection moving nbytes from a cold start (after idle): one-way latency, then
         round trips whose window doubles from the initial one (slow start) up to what the flow
-        carries per round trip (flow_bytes_per_s), after which it carries that."""
+        carries per round trip (flow_bytes_per_s), after which it carries that. On a shaped link
+        each round trip is also as long as its window takes to drain at the shaped rate, as when
+        the window is open (flow_bytes_per_s): the bytes sent while it opens queue for it too."""
         if nbytes <= 0:
             return 0.0
         rate = self.flow_bytes_per_s(rtt_s)
         if rtt_s <= 0:
             return nbytes / rate
-        cap = rate * rtt_s
+        drain = 1 / self.shaped_bytes_per_s if self.shaped_bytes_per_s else 0.0  # seconds a byte queues
+        # The window a round trip carries once open: rate x (RTT + its own drain); rate < the
+        # shaped rate wherever RTT > 0, so the denominator is positive.
+        cap = rate * rtt_s / (1 - rate * drain)
         first = min(self.initial_window_bytes, cap)
         opening = max(0, math.ceil(math.log2(cap / first)))  # round trips before the window is fully open
         carried = first * (2**opening - 1)  # what those round trips carry
         if nbytes <= carried:
-            return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s
-        return rtt_s / 2 + opening * rtt_s + (nbytes - carried) / rate
+            return rtt_s / 2 + math.ceil(math.log2(nbytes / first + 1)) * rtt_s + nbytes * drain
+        return rtt_s / 2 + opening * rtt_s + carried * drain + (nbytes - carried) / rate
 
     def ring_s(self, nbytes: float, hosts: int, devices: int, rtt_s: float, phases: int) -> float:
         """A ring collective over hosts x devices moving nbytes per rank: phases = 2 for an

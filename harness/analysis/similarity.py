@@ -231,11 +231,16 @@ def _spaced(bounds: tuple[float, float]) -> list[float]:
 
 
 def on_link(sl: Slice, paper_cfg: GPTConfig, paper_setup: Setup, cfg: GPTConfig, setup: Setup, net: Network,
-            devices: costmodel.Devices, rtt_ms: float, link_bytes_per_s: float, techniques=tuple(Technique)) -> Scaled:
+            devices: costmodel.Devices, rtt_ms: float, link_bytes_per_s: float, techniques=tuple(Technique),
+            shaped_to: bool | None = None) -> Scaled:
     """The groups of `cfg` with `setup` on `devices` and `net` at the link of `rtt_ms` and
     `link_bytes_per_s` (and on the slice's own link), beside `paper_cfg`'s on `sl`: what `scale`
-    reports of the link it picks, and what a finished run's records give of the link it ran on."""
-    at, link = sl.with_rtt(rtt_ms), link_at(net, link_bytes_per_s)
+    reports of the link it picks, and what a finished run's records give of the link it ran on.
+    shaped_to: whether the link was shaped to that rate, where a record says so; None: where the
+    rate is under what the collectives carry anyway (link_at)."""
+    at = sl.with_rtt(rtt_ms)
+    link = link_at(net, link_bytes_per_s) if shaped_to is None else replace(
+        net, shaped_bytes_per_s=link_bytes_per_s if shaped_to else None)
     return Scaled(sl.name, sl.rtt_ms, at.rtt_ms, link_bytes_per_s, {t: groups(t, sl, paper_cfg, paper_setup) for t in techniques},
                   {t: groups(t, at, cfg, setup, link, devices) for t in techniques},
                   {t: groups(t, sl, cfg, setup, net, devices) for t in techniques})

@@ -198,10 +198,11 @@ def ran_on(model: ScaleModel, sl: Slice, net, device_flops: float, rtt_ms: float
            bandwidth_gbps: float | None) -> similarity.Scaled:
     """The groups on the link the trials ran on: its RTT, and its rate where it was shaped; a link
     left unshaped (scaled_slice) carried its own rate, as calibrated (net), not the one the solver
-    came near."""
+    came near. A rate the records give was set on the link, so its windows queue for it whatever
+    the rate, as costmodel_check prices the trials on it."""
     rate = bandwidth_gbps * 1e9 / 8 if bandwidth_gbps else net.link_bytes_per_s
     return similarity.on_link(sl, model_config(PAPER_MODEL), Setup(), model.cfg, model.setup, net,
-                              model.devices(sl, device_flops), rtt_ms, rate)
+                              model.devices(sl, device_flops), rtt_ms, rate, shaped_to=bool(bandwidth_gbps))
 
 
 def from_records(model: ScaleModel, recs: list[dict], paper_slices: dict[str, Slice], mode: str,
