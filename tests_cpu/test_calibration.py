@@ -5,6 +5,7 @@ test_the_links_were_calibrated_on_real_trials, and the similarity test for the g
 cluster calibrating here would repeat those trials for nothing."""
 import pytest
 
+from harness import resources
 from harness.analysis import similarity
 from harness.analysis.netmodel import Network
 from harness.core.config import Budget, model_config
@@ -14,6 +15,8 @@ from harness.paper import claims
 from harness.platform import slices
 from harness.runs import trials
 from tests_cpu import claim_records
+
+UTAH_GPN_TOML = (resources.path("slices") / "UTAH-GPN.toml").read_text()
 
 
 def scaled(rtt_ms: float, rate: float) -> similarity.Scaled:
@@ -29,6 +32,19 @@ def test_a_scaled_slice_takes_the_rtt_and_a_rate_only_below_what_the_link_carrie
     assert slow.shape("vm1", "vm2").bandwidth_gbps == pytest.approx(0.16)  # the emulated link gets the rate
     full = calibration.scaled_slice(sl, scaled(61.5, 0.95e9), Network(link_bytes_per_s=1e9))
     assert full.bandwidth_gbps is None and full.shape("vm1", "vm2").delay_only  # TSO stays on: no rate to shape
+
+
+def test_a_scaled_slice_puts_its_rate_on_every_link_in_place_of_a_link_tables_own():
+    """A [[link]] table's rate is the paper's NIC at paper scale; the scaled link's rate (or none,
+    where the collectives carry about that anyway) stands for it in both directions, as the
+    similarity search priced the link."""
+    sl = slices.parse(UTAH_GPN_TOML + '[[link]]\nfrom = "UTAH"\nto = "GPN"\nbandwidth_gbps = 0.5\ndelay_ms = 8\n', "x.toml")
+    for rate, want in ((2e7, 0.16), (0.95e9, None)):
+        at = calibration.scaled_slice(sl, scaled(5.0, rate), Network(link_bytes_per_s=1e9))
+        for a, b in (("vm1", "vm2"), ("vm2", "vm1")):
+            got = at.shape(a, b).bandwidth_gbps
+            assert got is None if want is None else got == pytest.approx(want)
+        assert at.rtt_between("vm1", "vm2") == pytest.approx(5.0)  # the table's delay scaled with the rest
 
 
 def test_the_vms_tcp_buffers_give_the_gradients_the_papers_number_of_windows():

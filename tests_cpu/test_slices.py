@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.analysis import costmodel
 from harness.commands.cli import main
 from harness.errors import BadInput
 from harness.platform import slices
@@ -129,6 +130,9 @@ def test_netem_settings_for_every_link_and_per_direction():
             there.queue_packets, there.loss_gemodel) == (2, "pareto", 0.1, 1, 500, None)
     assert (back.bandwidth_gbps, back.loss_gemodel, back.jitter_ms) == (0.1, (1.0, 25.0, 50.0, 0.0), 2)
     assert back.to_dict(20)["loss_gemodel"] == {"p": 1.0, "r": 25.0, "bad_loss": 50.0, "good_loss": 0.0}
+    # the slowest link paces a ring (and the paper-scale cost model's link), whichever table set it
+    assert sl.slowest_gbps == 0.1 and costmodel.network_for(sl).link_bytes_per_s == pytest.approx(0.1e9 / 8)
+    assert slices.load("UTAH-GPN").slowest_gbps is None
 
 
 @pytest.mark.parametrize("gbps, rtt_ms, packets", [

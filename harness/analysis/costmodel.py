@@ -80,7 +80,8 @@ class Devices:
 
 
 def network_for(sl: slices.Slice) -> Network:
-    return Network(link_bytes_per_s=(sl.bandwidth_gbps or DEFAULT_LINK_GBPS) * 1e9 / 8)
+    """The paper's stack on the slice's links: their slowest rate where one is set (slowest_gbps)."""
+    return Network(link_bytes_per_s=(sl.slowest_gbps or DEFAULT_LINK_GBPS) * 1e9 / 8)
 
 
 def price(c: Collective, net: Network, rtt: float) -> float:

@@ -137,9 +137,12 @@ def literal_link(sl: Slice) -> dict:
 
 def scaled_slice(sl: Slice, s: similarity.Scaled, net: Network) -> Slice:
     """The paper's slice on the scaled link: its RTT (every pair's in proportion), and its rate
-    unless the collectives carry about that anyway (similarity.shaped)."""
+    unless the collectives carry about that anyway (similarity.shaped), on every link: a [[link]]
+    table's own rate is the paper's NIC, which the scaled rate stands for."""
     rate = similarity.shaped(net, s.link_bytes_per_s)
-    return dataclasses.replace(sl.scaled_to(s.rtt_ms), bandwidth_gbps=rate * 8 / 1e9 if rate else None)
+    at = sl.scaled_to(s.rtt_ms)
+    directions = tuple((x, y, tuple((k, v) for k, v in given if k != "bandwidth_gbps")) for x, y, given in at.directions)
+    return dataclasses.replace(at, bandwidth_gbps=rate * 8 / 1e9 if rate else None, directions=directions)
 
 
 def apply(runner: Runner, mode: str, keep) -> Scaling:

@@ -135,6 +135,14 @@ class Slice:
                 fields |= given
         return Shape(delay_ms=delay if rtt_ms is None else rtt_ms / 2, **fields)
 
+    @property
+    def slowest_gbps(self) -> float | None:
+        """The slowest rate set on a link between two of its VMs, a [[link]] table's where one
+        sets it, else the slice's; None where no link has one. A ring's every edge carries the
+        same bytes, so its slowest sets its pace."""
+        rates = [self.shape(a.name, b.name).bandwidth_gbps for a in self.vms for b in self.vms if a is not b]
+        return min((r for r in rates if r), default=self.bandwidth_gbps if len(self.vms) < 2 else None)
+
     def rtt_between(self, a: str, b: str) -> float:
         """Round-trip time in ms between the VMs named a and b: the delays of both directions."""
         return self.shape(a, b).delay_ms + self.shape(b, a).delay_ms
