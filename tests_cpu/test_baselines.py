@@ -136,6 +136,25 @@ def test_calibration_trials_no_run_makes_are_refused_in_one_line(tmp_path, docto
     assert "\n" not in str(e.value) and "cannot be worked out from results.jsonl and calibration.jsonl" in str(e.value)
 
 
+def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_refused_in_one_line(tmp_path):
+    """A record names its link twice: the scaling (what the groups are read from) and each
+    direction's settings (what the cost model's check prices the trial on). A rate doctored into
+    one direction of an unshaped scaled link would price that trial shaped beside unshaped groups."""
+    from harness.errors import BadInput
+
+    folder = _copy(tmp_path)
+    path = folder / "results.jsonl"
+    recs = records.read(path)
+    i = next(i for i, r in enumerate(recs) if r["cluster"]["slice"] == "UTAH-GPN" and r["cluster"]["hosts"] == 2)
+    assert recs[i]["cluster"]["network"]["scaling"]["bandwidth_gbps"] is None  # the baseline's link is unshaped
+    recs[i]["cluster"]["network"]["links"]["vm1>vm2"]["bandwidth_gbps"] = 0.1
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=re.escape("a trial on UTAH-GPN names its link scaled to None Gbit/s and set to "
+                                                 "0.1, None Gbit/s; a scaled link is set to its rate")) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value)
+
+
 def test_a_budget_not_as_a_run_prints_it_is_refused_in_one_line(tmp_path):
     """The trial budget (claims.json's context) sets the scale model the links are worked out for;
     it is read as the literal a run prints, never evaluated."""

@@ -270,6 +270,13 @@ def from_run(model: ScaleModel, trials: list[dict], calibration_recs: list[dict]
             if links.setdefault(r["cluster"]["slice"], scaling) != scaling:
                 raise ValueError(f"the trials on {r['cluster']['slice']} name different links: "
                                  f"{links[r['cluster']['slice']]} and {scaling}")
+            # The groups are read from the scaling, the trials' cost from the rates the links were
+            # set to (costmodel_check): a scaled link is set to its scaled rate in every direction.
+            set_to = {d.get("bandwidth_gbps") for d in (r["cluster"]["network"].get("links") or {}).values()}
+            if scaling["mode"] == SIMILARITY and set_to - {scaling.get("bandwidth_gbps")}:
+                raise ValueError(f"a trial on {r['cluster']['slice']} names its link scaled to "
+                                 f"{scaling.get('bandwidth_gbps')} Gbit/s and set to "
+                                 f"{', '.join(map(str, sorted(set_to, key=str)))} Gbit/s; a scaled link is set to its rate")
     if not links:
         return None
     modes = {s["mode"] for s in links.values()}
