@@ -136,21 +136,36 @@ def test_calibration_trials_no_run_makes_are_refused_in_one_line(tmp_path, docto
     assert "\n" not in str(e.value) and "cannot be worked out from results.jsonl and calibration.jsonl" in str(e.value)
 
 
-def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("scaled_to, set_to, said", [
+    (None, 0.1, "scaled to None Gbit/s and set to 0.1, None Gbit/s"),
+    (0.1, "gone", "scaled to 0.1 Gbit/s and set to None Gbit/s"),
+], ids=["a-rate-in-one-direction", "links-gone-where-scaled-to-a-rate"])
+def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_refused_in_one_line(tmp_path, scaled_to,
+                                                                                                   set_to, said):
     """A record names its link twice: the scaling (what the groups are read from) and each
     direction's settings (what the cost model's check prices the trial on). A rate doctored into
-    one direction of an unshaped scaled link would price that trial shaped beside unshaped groups."""
+    one direction of an unshaped scaled link would price that trial shaped beside unshaped groups;
+    a trial across VMs whose links are gone is priced on no rate. Every other trial on the slice
+    is left as a run on that link writes it, so only the doctored one can be refused."""
     from harness.errors import BadInput
 
     folder = _copy(tmp_path)
     path = folder / "results.jsonl"
     recs = records.read(path)
-    i = next(i for i, r in enumerate(recs) if r["cluster"]["slice"] == "UTAH-GPN" and r["cluster"]["hosts"] == 2)
-    assert recs[i]["cluster"]["network"]["scaling"]["bandwidth_gbps"] is None  # the baseline's link is unshaped
-    recs[i]["cluster"]["network"]["links"]["vm1>vm2"]["bandwidth_gbps"] = 0.1
+    on_utah = [r for r in recs if r["cluster"]["slice"] == "UTAH-GPN" and "scaling" in r["cluster"]["network"]]
+    assert on_utah[0]["cluster"]["network"]["scaling"]["bandwidth_gbps"] is None  # the baseline's link is unshaped
+    for r in on_utah:
+        r["cluster"]["network"]["scaling"]["bandwidth_gbps"] = scaled_to
+        for direction in (r["cluster"]["network"].get("links") or {}).values():
+            direction["bandwidth_gbps"] = scaled_to
+    network = next(r for r in on_utah if r["cluster"]["hosts"] == 2)["cluster"]["network"]
+    if set_to == "gone":
+        del network["links"]
+    else:
+        network["links"]["vm1>vm2"]["bandwidth_gbps"] = set_to
     path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=re.escape("a trial on UTAH-GPN names its link scaled to None Gbit/s and set to "
-                                                 "0.1, None Gbit/s; a scaled link is set to its rate")) as e:
+    with pytest.raises(BadInput, match=re.escape(f"a trial on UTAH-GPN names its link {said}; a scaled link is set to "
+                                                 "its rate")) as e:
         rejudge.judge(folder)
     assert "\n" not in str(e.value)
 

@@ -141,7 +141,8 @@ def scaled_slice(sl: Slice, s: similarity.Scaled, net: Network) -> Slice:
     table's own rate is the paper's NIC, which the scaled rate stands for."""
     rate = similarity.shaped(net, s.link_bytes_per_s)
     at = sl.scaled_to(s.rtt_ms)
-    directions = tuple((x, y, tuple((k, v) for k, v in given if k != "bandwidth_gbps")) for x, y, given in at.directions)
+    directions = tuple((x, y, tuple((k, v) for k, v in given if k != "bandwidth_gbps"))
+                       for x, y, given in at.directions)
     return dataclasses.replace(at, bandwidth_gbps=rate * 8 / 1e9 if rate else None, directions=directions)
 
 
@@ -272,11 +273,14 @@ def from_run(model: ScaleModel, trials: list[dict], calibration_recs: list[dict]
                                  f"{links[r['cluster']['slice']]} and {scaling}")
             # The groups are read from the scaling, the trials' cost from the rates the links were
             # set to (costmodel_check): a scaled link is set to its scaled rate in every direction.
-            set_to = {d.get("bandwidth_gbps") for d in (r["cluster"]["network"].get("links") or {}).values()}
+            # A trial across VMs whose links are gone is priced on no rate, so it counts as set to none.
+            set_to = ({d.get("bandwidth_gbps") for d in (r["cluster"]["network"].get("links") or {}).values()}
+                      or ({None} if r["cluster"]["hosts"] > 1 else set()))
             if scaling["mode"] == SIMILARITY and set_to - {scaling.get("bandwidth_gbps")}:
                 raise ValueError(f"a trial on {r['cluster']['slice']} names its link scaled to "
                                  f"{scaling.get('bandwidth_gbps')} Gbit/s and set to "
-                                 f"{', '.join(map(str, sorted(set_to, key=str)))} Gbit/s; a scaled link is set to its rate")
+                                 f"{', '.join(map(str, sorted(set_to, key=str)))} Gbit/s; "
+                                 "a scaled link is set to its rate")
     if not links:
         return None
     modes = {s["mode"] for s in links.values()}
