@@ -170,6 +170,51 @@ def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_ref
     assert "\n" not in str(e.value)
 
 
+def _doctor_vms(r):
+    r["cluster"]["vms_used"] = [*r["cluster"]["vms_used"], "vm3"]
+
+
+@pytest.mark.parametrize("doctor, message", [
+    (lambda r: r["model"].update(n_layer=8), r"ZeRO2 on TACC-TACC vm1 \(record_id \w+\) trained model n_layer 8 where "
+                                             r"Data on TACC-TACC vm1\+vm2 \(record_id \w+\) trained 4: a run's trials"),
+    (lambda r: r["batch"].update(micro_batches=1), r"trained microbatches 1 where .* trained 2"),
+    (lambda r: r.update(precision="bfloat16"), r"trained precision 'bfloat16' where .* trained 'float32'"),
+    (_doctor_vms, r"ZeRO2 on TACC-TACC vm1\+vm3 \(record_id \w+\) names vm3, which TACC-TACC does not have "
+                  r"\(its VMs: vm1, vm2\)"),
+], ids=["a-model-field", "the-microbatches", "the-precision", "a-vm-the-slice-lacks"])
+def test_a_trial_unlike_the_runs_others_is_refused_in_one_line(tmp_path, doctor, message):
+    """Nothing in a verdict reads a trial's model or batch shape, so a trial of another model (or
+    on a VM its slice does not have) beside the run's others would be judged as one of them."""
+    from harness.errors import BadInput
+
+    folder = _copy(tmp_path)
+    path = folder / "results.jsonl"
+    recs = records.read(path)
+    index = next(i for i, r in enumerate(recs) if r["technique"] == "ZeRO2" and r["cluster"]["vms_used"] == ["vm1"]
+                 and r["cluster"]["slice"] == "TACC-TACC")
+    assert index > 0  # another trial comes first, so it is this one that is named
+    doctor(recs[index])
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=message) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value)
+
+
+def test_a_budget_naming_another_model_than_the_trials_trained_is_refused_in_one_line(tmp_path):
+    """The links are worked out for the budget's model: one the trials did not train is refused."""
+    from harness.errors import BadInput
+
+    folder = _copy(tmp_path)
+    doc = json.loads((folder / "claims.json").read_text())
+    doc["context"]["trial budget"] = doc["context"]["trial budget"].replace("model='scale-small'",
+                                                                            "model='scale-similar'")
+    (folder / "claims.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=re.escape("claims.json: context 'trial budget' names model 'scale-similar' "
+                                                 "where results.jsonl's trials trained scale-small;")) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value)
+
+
 def test_a_budget_not_as_a_run_prints_it_is_refused_in_one_line(tmp_path):
     """The trial budget (claims.json's context) sets the scale model the links are worked out for;
     it is read as the literal a run prints, never evaluated."""

@@ -80,6 +80,11 @@ def links(folder: Path, trials: list[dict]) -> dict | None:
     context = claims_doc(folder)["context"]
     given = {sl.name: sl for sl in run_slices(context)}
     budget, shard = budget_of(folder, context), shard_of(folder, context)
+    trained = sorted({r["model"]["name"] for r in trials})
+    if trained and trained != [budget["model"]]:
+        raise BadInput(f"{folder / 'claims.json'}: context 'trial budget' names model {budget['model']!r} where "
+                       f"{results_file(folder).name}'s trials trained {', '.join(trained)}; the links are worked "
+                       f"out for the model the trials trained")
     path = folder / "calibration.jsonl"
     calibrating = records.read(path) if path.is_file() else []
     try:
