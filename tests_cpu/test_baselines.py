@@ -122,7 +122,8 @@ def _fail(recs, i):
     (lambda recs: recs.insert(1, recs.pop(2)),
      "calibration trial 2 (Shard on 2 VMs of TACC-TACC, ok): a run's is ZeRO2 on 2 VMs of TACC-TACC, ok"),
     (lambda recs: _fail(recs, 3), "calibration trial 4 (Data on 2 VMs of TACC-TACC, error): a run's is Data on 2 VMs"),
-], ids=["none", "a-third-refinement", "a-single-site-refined", "reordered", "one-failed"])
+    (lambda recs: recs[1]["model"].update(n_embd=512), "MixedRecords the trial ZeRO2 on TACC-TACC vm1+vm2 (record_id "),
+], ids=["none", "a-third-refinement", "a-single-site-refined", "reordered", "one-failed", "another-model"])
 def test_calibration_trials_no_run_makes_are_refused_in_one_line(tmp_path, doctor, message):
     """The links of a run on similarity-scaled links are worked out from its calibration trials:
     trials that are not those a run makes, in its order (calibration.apply), are refused, naming

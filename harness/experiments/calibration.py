@@ -26,6 +26,7 @@ from harness.core import flops
 from harness.core.config import GPTConfig, Setup, Technique, compute_dtype, model_config
 from harness.errors import BadInput
 from harness.platform.slices import Slice
+from harness.runs import records
 from harness.runs.trials import ALL_VMS, Runner, Trial
 
 LITERAL, SIMILARITY = "literal", "similarity"
@@ -293,6 +294,8 @@ def from_run(model: ScaleModel, trials: list[dict], calibration_recs: list[dict]
         return from_records(model, trials, paper_slices, LITERAL, buffers)
     first = len(calibration_trials(next(iter(paper_slices.values()))))
     check_calibration(calibration_recs, paper_slices)
+    # The calibration prices the trials' model: a calibration trial of another one would misprice it.
+    records.one_experiment([*trials[:1], *calibration_recs])
     net, device_flops, used = costmodel_check.calibrate(calibration_recs[:first], paper_slices, per_tensor=model.per_tensor)
     calibration = _figures(net, device_flops, used, buffers)
     scaled = []

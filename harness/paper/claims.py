@@ -146,10 +146,6 @@ class DuplicateRecord(BadInput):
     pass
 
 
-class MixedRecords(BadInput):
-    pass
-
-
 # -- one trial -------------------------------------------------------------------------------------
 def timed(r: dict) -> list[float]:
     return r["timing"]["step_times_s"][r["timing"]["excluded_warmup_steps"]:]
@@ -202,9 +198,7 @@ def noise(r: dict | None) -> float:
     return share * r["timing"]["epoch_time_s"]
 
 
-def label(r: dict) -> str:
-    c = r["cluster"]
-    return f"{r['technique']} on {c['slice']} {'+'.join(c['vms_used'] or [])}"
+label = records.label
 
 
 def show(r: dict | None) -> str:
@@ -252,28 +246,6 @@ def at_least(r: dict, floor: float) -> dict:
 
 
 # -- the table of trials ---------------------------------------------------------------------------
-# What every trial of one run shares. The paper compares techniques and slices training one model
-# on one batch shape; a trial of another model beside them would be judged as if it were the same
-# experiment (nothing else in a verdict reads the model), so a run mixing them is refused instead.
-SHARED = {"model": lambda r: r["model"], "sequence length": lambda r: r["batch"]["seq_len"],
-          "microbatches": lambda r: r["batch"]["micro_batches"], "precision": lambda r: r["precision"]}
-
-
-def one_experiment(recs: list[dict]) -> None:
-    """Refuse, in one line, trial records that did not all train one model on one batch shape."""
-    for r in recs[1:]:
-        for what, of in SHARED.items():
-            mine, theirs = of(r), of(recs[0])
-            if mine == theirs:
-                continue
-            if isinstance(mine, dict):
-                key = next(k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k))
-                what, mine, theirs = f"{what} {key}", mine.get(key), theirs.get(key)
-            raise MixedRecords(f"the trial {label(r)} (record_id {r['record_id']}) trained {what} {mine!r} where "
-                               f"{label(recs[0])} (record_id {recs[0]['record_id']}) trained {theirs!r}: a run's "
-                               f"trials train one model on one batch shape")
-
-
 class Table:
     """Trial records indexed by (technique, slice, VMs used: ALL or the one VM's name). The slices
     given are the run's: one with no records is still judged, its comparisons not shown."""
@@ -283,7 +255,7 @@ class Table:
         self.given = {sl.name: sl for sl in slices}
         self.gpus = {(sl.name, vm.name): vm.gpu for sl in slices for vm in sl.vms}
         self.vm_order = {sl.name: [vm.name for vm in sl.vms] for sl in slices}
-        one_experiment(recs)
+        records.one_experiment(recs)
         self.index = {}
         for r in recs:
             c = r["cluster"]

@@ -127,6 +127,38 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / hardware.GiB:.1f} GiB" if nbytes >= hardware.GiB / 10 else f"{nbytes / 2**20:.1f} MiB"
 
 
+class MixedRecords(BadInput):
+    pass
+
+
+# What every trial of one run shares. The paper compares techniques and slices training one model
+# on one batch shape; a trial of another model beside them would be judged as if it were the same
+# experiment (nothing else in a verdict reads the model), so a run mixing them is refused instead.
+SHARED = {"model": lambda r: r["model"], "sequence length": lambda r: r["batch"]["seq_len"],
+          "microbatches": lambda r: r["batch"]["micro_batches"], "precision": lambda r: r["precision"]}
+
+
+def one_experiment(recs: list[dict]) -> None:
+    """Refuse, in one line, trial records that did not all train one model on one batch shape."""
+    for r in recs[1:]:
+        for what, of in SHARED.items():
+            mine, theirs = of(r), of(recs[0])
+            if mine == theirs:
+                continue
+            if isinstance(mine, dict):
+                key = next(k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k))
+                what, mine, theirs = f"{what} {key}", mine.get(key), theirs.get(key)
+            raise MixedRecords(f"the trial {label(r)} (record_id {r['record_id']}) trained {what} {mine!r} where "
+                               f"{label(recs[0])} (record_id {recs[0]['record_id']}) trained {theirs!r}: a run's "
+                               f"trials train one model on one batch shape")
+
+
+def label(r: dict) -> str:
+    """A trial as a message names it: "Data on UTAH-GPN vm1+vm2"."""
+    c = r["cluster"]
+    return f"{r['technique']} on {c['slice']} {'+'.join(c['vms_used'] or [])}"
+
+
 def dumps(record: dict) -> str:
     return json.dumps(validate(record), separators=(",", ":"), allow_nan=False)
 
