@@ -201,6 +201,20 @@ def test_a_trial_unlike_the_runs_others_is_refused_in_one_line(tmp_path, doctor,
     assert "\n" not in str(e.value)
 
 
+def test_a_memory_analysis_naming_a_vm_its_slice_lacks_is_refused_in_one_line(tmp_path):
+    from harness.errors import BadInput
+
+    folder = _copy(tmp_path)
+    path = folder / "results.jsonl"
+    recs = records.read(path)
+    analysis = next(r for r in recs if rejudge.is_memory(r) and r["cluster"]["slice"] == "UTAH-GPN")
+    analysis["cluster"]["vms_used"] = ["vm1", "vm7"]
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=r"the record \w+ on UTAH-GPN vm1\+vm7 \(record_id \w+\) names vm7, which "
+                                       r"UTAH-GPN does not have \(its VMs: vm1, vm2\)$"):
+        rejudge.judge(folder)
+
+
 def test_a_budget_naming_another_model_than_the_trials_trained_is_refused_in_one_line(tmp_path):
     """The links are worked out for the budget's model: one the trials did not train is refused."""
     from harness.errors import BadInput

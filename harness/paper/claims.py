@@ -246,6 +246,15 @@ def at_least(r: dict, floor: float) -> dict:
 
 
 # -- the table of trials ---------------------------------------------------------------------------
+def on_its_slice(r: dict, given: dict) -> None:
+    """Refuse, in one line, a record naming a VM its slice (one of the run's, given by name) does not have."""
+    sl = given.get(r["cluster"]["slice"])
+    foreign = sorted(set(r["cluster"]["vms_used"] or []) - {vm.name for vm in sl.vms}) if sl else []
+    if foreign:
+        raise BadInput(f"the record {label(r)} (record_id {r['record_id']}) names {', '.join(foreign)}, which "
+                       f"{sl.name} does not have (its VMs: {', '.join(vm.name for vm in sl.vms)})")
+
+
 class Table:
     """Trial records indexed by (technique, slice, VMs used: ALL or the one VM's name). The slices
     given are the run's: one with no records is still judged, its comparisons not shown."""
@@ -259,11 +268,7 @@ class Table:
         self.index = {}
         for r in recs:
             c = r["cluster"]
-            sl = self.given.get(c["slice"])
-            foreign = sorted(set(c["vms_used"] or []) - {vm.name for vm in sl.vms}) if sl else []
-            if foreign:
-                raise BadInput(f"the trial {label(r)} (record_id {r['record_id']}) names {', '.join(foreign)}, which "
-                               f"{sl.name} does not have (its VMs: {', '.join(vm.name for vm in sl.vms)})")
+            on_its_slice(r, self.given)
             vms = ALL if c["hosts"] > 1 or not c["vms_used"] or len(c["vms_used"]) > 1 else c["vms_used"][0]
             key = (r["technique"], c["slice"], vms)
             if key in self.index:
@@ -757,13 +762,14 @@ class MemoryTable:
 
     def __init__(self, recs: list[dict], slices=()):
         self.index = {}
+        self.slices = {sl.name: sl for sl in slices}
         for r in recs:
+            on_its_slice(r, self.slices)
             key = (r["model"]["name"], r["technique"], r["cluster"]["slice"], tuple(r["cluster"]["vms_used"]))
             if key in self.index:
                 raise DuplicateRecord(f"two memory analyses of {r['model']['name']} {label(r)} (record_id "
                                       f"{self.index[key]['record_id']} and {r['record_id']}): a run has one per placement")
             self.index[key] = r
-        self.slices = {sl.name: sl for sl in slices}
 
     def placements(self) -> set:
         return {(m, s, vms) for (m, t, s, vms) in self.index}
