@@ -201,6 +201,25 @@ def test_a_trial_unlike_the_runs_others_is_refused_in_one_line(tmp_path, doctor,
     assert "\n" not in str(e.value)
 
 
+def test_trials_moved_to_a_slice_the_run_did_not_name_are_refused_in_one_line(tmp_path):
+    """A GPU run has no links document to cross-check its slices: its trials moved onto another
+    Table I slice would be judged there, beside the run's own slice left with no trials."""
+    from harness.errors import BadInput
+
+    folder = tmp_path / "h100"
+    shutil.copytree(ROOT / "reports" / "baselines" / "h100-2026-11-26", folder)
+    path = rejudge.results_file(folder)
+    recs = records.read(path)
+    for r in recs:
+        if r["cluster"]["slice"] == "UTAH-GPN":
+            r["cluster"]["slice"] = "BRIS-STAR"
+    assert {r["cluster"]["slice"] for r in recs} == {"TACC-TACC", "BRIS-STAR"}
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=r"the record \w+ on BRIS-STAR vm\d(\+vm\d)? \(record_id \w+\) is on BRIS-STAR, "
+                                       r"which is not one of the run's slices \(TACC-TACC, UTAH-GPN\)$"):
+        rejudge.judge(folder)
+
+
 def test_a_memory_analysis_naming_a_vm_its_slice_lacks_is_refused_in_one_line(tmp_path):
     from harness.errors import BadInput
 

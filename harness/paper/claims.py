@@ -247,9 +247,15 @@ def at_least(r: dict, floor: float) -> dict:
 
 # -- the table of trials ---------------------------------------------------------------------------
 def on_its_slice(r: dict, given: dict) -> None:
-    """Refuse, in one line, a record naming a VM its slice (one of the run's, given by name) does not have."""
+    """Refuse, in one line, a record on a slice that is not one of the run's (given by name), or
+    naming a VM its slice does not have. With no slices given there is nothing to check against."""
+    if not given:
+        return
     sl = given.get(r["cluster"]["slice"])
-    foreign = sorted(set(r["cluster"]["vms_used"] or []) - {vm.name for vm in sl.vms}) if sl else []
+    if sl is None:
+        raise BadInput(f"the record {label(r)} (record_id {r['record_id']}) is on {r['cluster']['slice']}, which is "
+                       f"not one of the run's slices ({', '.join(given)})")
+    foreign = sorted(set(r["cluster"]["vms_used"] or []) - {vm.name for vm in sl.vms})
     if foreign:
         raise BadInput(f"the record {label(r)} (record_id {r['record_id']}) names {', '.join(foreign)}, which "
                        f"{sl.name} does not have (its VMs: {', '.join(vm.name for vm in sl.vms)})")
