@@ -201,6 +201,49 @@ def test_a_trial_unlike_the_runs_others_is_refused_in_one_line(tmp_path, doctor,
     assert "\n" not in str(e.value)
 
 
+def _on(slice_name, all_vms=True):
+    """The scaled trials on a slice: across its VMs only, or all of them."""
+    return lambda r: (r["cluster"]["slice"] == slice_name and "scaling" in r["cluster"]["network"]
+                      and (len(r["cluster"]["vms_used"]) > 1 or not all_vms))
+
+
+def _set_delays(r, ms):
+    for direction in r["cluster"]["network"]["links"].values():
+        direction["delay_ms"] = ms
+
+
+@pytest.mark.parametrize("which, doctor, message", [
+    (_on("UTAH-GPN"), lambda r: r["cluster"]["network"].update(rtt_ms=0.01),
+     r"results.jsonl:\d+: trial record field cluster/network/rtt_ms: 0.01 ms, shorter than the 5.95\d* ms its links hold "
+     r"a round trip \(vm1>vm2 and back\)"),
+    (_on("UTAH-GPN"), lambda r: _set_delays(r, 0.01),
+     r"the record Data on UTAH-GPN vm1\+vm2 \(record_id \w+\) names its link scaled to 5.95\d* ms where its links "
+     r"vm1>vm2 and back delay 0.02 ms: a run sets the links to the RTT it scaled to$"),
+    (_on("TACC-TACC", all_vms=False), lambda r: r["cluster"]["network"]["scaling"].update(paper_rtt_ms=50.0),
+     r"the record Data on TACC-TACC vm1\+vm2 \(record_id \w+\): network.scaling.paper_rtt_ms is 50.0 where "
+     r"TACC-TACC's is 0.1: a run makes each slice's link from that slice's own$"),
+    (_on("UTAH-GPN", all_vms=False), lambda r: r["cluster"]["network"]["scaling"].update(paper_bandwidth_gbps=10.0),
+     r"network.scaling.paper_bandwidth_gbps is 10.0 where UTAH-GPN's is None"),
+], ids=["measured-rtt-below-its-links", "links-unlike-their-scaling", "a-single-site-slice-made-two-site",
+        "a-rate-the-paper-did-not-give"])
+def test_a_link_doctored_away_from_its_slice_or_its_probe_is_refused_in_one_line(tmp_path, which, doctor, message):
+    """C1 reads which slices are two-site from the paper's RTT the records name, C2 orders the
+    slices by the RTT they measured: changed on every trial of a slice, either would be judged."""
+    from harness.errors import BadInput
+
+    folder = _copy(tmp_path)
+    path = folder / "results.jsonl"
+    recs = records.read(path)
+    doctored = [r for r in recs if which(r)]
+    assert doctored
+    for r in doctored:
+        doctor(r)
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=message) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value)
+
+
 def test_trials_moved_to_a_slice_the_run_did_not_name_are_refused_in_one_line(tmp_path):
     """A GPU run has no links document to cross-check its slices: its trials moved onto another
     Table I slice would be judged there, beside the run's own slice left with no trials."""
@@ -304,6 +347,10 @@ def test_the_judge_command_says_where_a_folder_differs_and_rewrites_it_on_reques
 def test_the_judge_command_refuses_a_folder_that_is_no_run_in_one_line(tmp_path):
     empty = harness_cli("judge", str(tmp_path))
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "no results.jsonl" in empty.stderr
+    (tmp_path / "results.jsonl").write_text("")
+    shutil.copy(resources.path("baselines", "quick-similarity", "claims.json"), tmp_path)
+    nothing = harness_cli("judge", str(tmp_path))
+    assert nothing.returncode == 2 and nothing.stderr.count("\n") == 1 and "results.jsonl: no records" in nothing.stderr
     folder = tmp_path / "broken"
     shutil.copytree(resources.path("baselines", "quick-similarity"), folder)
     with (folder / "results.jsonl").open("a") as f:

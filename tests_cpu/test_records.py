@@ -92,6 +92,33 @@ def test_a_record_read_back_whose_derived_field_was_changed_is_refused_naming_it
     assert records.loads(json.dumps(record)) == record
 
 
+@pytest.mark.parametrize("direction, rtt_ms, refused", [
+    ({"delay_ms": 5.0}, 10.3, False),
+    ({"delay_ms": 5.0}, 9.9, True),
+    ({"delay_ms": 5.0, "jitter_ms": 1.0, "jitter_distribution": "uniform"}, 8.1, False),  # each way 4 ms at least
+    ({"delay_ms": 5.0, "jitter_ms": 1.0, "jitter_distribution": "uniform"}, 7.9, True),
+    ({"delay_ms": 5.0, "jitter_ms": 1.0, "jitter_distribution": "normal"}, 0.5, False),  # no floor
+    ({"delay_ms": 5.0, "jitter_ms": 1.0}, 0.5, False),  # a slice's jitter is normal unless it says otherwise
+    ({"delay_ms": 5.0, "up": False}, 0.5, False),  # a link down holds a packet for no known time
+], ids=["above", "below", "uniform-jitter-above", "uniform-jitter-below", "normal-jitter", "jitter-by-default",
+        "down"])
+def test_a_measured_rtt_shorter_than_its_links_hold_a_round_trip_is_refused(record, direction, rtt_ms, refused):
+    """A record's RTT is a probe's through the emulated links it names: one that came back sooner
+    than they hold a packet there and back was changed after the run, or they were."""
+    doctored = copy.deepcopy(record)
+    doctored["cluster"]["vms_used"] = ["vm1", "vm2"]
+    doctored["cluster"]["network"] = {"mechanism": "userspace", "rtt_ms": rtt_ms,
+                                      "links": {"vm1>vm2": direction, "vm2>vm1": direction}}
+    line = records.dumps(doctored)  # the schema has no quarrel with it
+    if not refused:
+        assert records.loads(line) == doctored
+        return
+    with pytest.raises(records.InvalidRecord, match=r"^results.jsonl:1: trial record field cluster/network/rtt_ms: "
+                                                    r"[\d.]+ ms, shorter than the [\d.]+ ms its links hold a round "
+                                                    r"trip \(vm1>vm2 and back\).*changed after the run$"):
+        records.loads(line, "results.jsonl:1")
+
+
 def test_a_run_whose_loss_diverged_is_recorded_as_a_failed_trial():
     """A NaN loss is no measurement of training: the run is an error, its NaN losses are nulls
     (JSON has no NaN), and the record is written and read back like any other."""

@@ -122,6 +122,9 @@ def judge(folder: Path) -> list[claims.Verdict]:
     """Every part the run judged, judged again from its folder."""
     folder = Path(folder)
     recs = records.read(results_file(folder))
+    if not recs:
+        raise BadInput(f"{results_file(folder)}: no records; expected the run's trials and memory analyses, "
+                       "one JSON record per line")
     trials = [r for r in recs if not is_memory(r)]
     memory = [r for r in recs if is_memory(r)]
     context = claims_doc(folder)["context"]

@@ -259,6 +259,35 @@ def on_its_slice(r: dict, given: dict) -> None:
     if foreign:
         raise BadInput(f"the record {label(r)} (record_id {r['record_id']}) names {', '.join(foreign)}, which "
                        f"{sl.name} does not have (its VMs: {', '.join(vm.name for vm in sl.vms)})")
+    scaled_from(r, sl)
+
+
+def scaled_from(r: dict, sl) -> None:
+    """Refuse, in one line, a record whose emulated link was not made from its slice: the paper's
+    RTT and rate its scaling names must be the slice's (C1 reads which slices are two-site from
+    them), and the links between the slice's farthest VMs must hold the RTT it was scaled to."""
+    scaling = r["cluster"]["network"].get("scaling")
+    if not scaling:
+        return
+    where = f"the record {label(r)} (record_id {r['record_id']})"
+    for name, paper in (("paper_rtt_ms", sl.rtt_ms), ("paper_bandwidth_gbps", sl.bandwidth_gbps)):
+        if not _same(scaling.get(name), paper):
+            raise BadInput(f"{where}: network.scaling.{name} is {scaling.get(name)!r} where {sl.name}'s is "
+                           f"{paper!r}: a run makes each slice's link from that slice's own")
+    links, vms = r["cluster"]["network"].get("links") or {}, r["cluster"]["vms_used"] or []
+    a, b = sl.farthest_pair if len(sl.vms) > 1 else (None, None)
+    there = [links.get(f"{a}>{b}"), links.get(f"{b}>{a}")]
+    delays = [d.get("delay_ms") for d in there if isinstance(d, dict)]
+    if a in vms and b in vms and scaling.get("rtt_ms") is not None and len(delays) == 2 and None not in delays:
+        if not _same(sum(delays), scaling["rtt_ms"]):
+            raise BadInput(f"{where} names its link scaled to {scaling['rtt_ms']:.4g} ms where its links {a}>{b} and "
+                           f"back delay {sum(delays):.4g} ms: a run sets the links to the RTT it scaled to")
+
+
+def _same(value, expected) -> bool:
+    if value is None or expected is None:
+        return value is None and expected is None
+    return math.isclose(value, expected, rel_tol=1e-6)  # one figure, halved per direction and added back
 
 
 class Table:

@@ -179,7 +179,7 @@ def loads(line: str, where: str = "<string>") -> dict:
     if found:
         raise InvalidRecord(f"{where}: trial record field {'/'.join(map(str, found[0]))}: {found[1]} is not a finite "
                             "number, and a run writes no NaN or infinity")
-    why = underived(record)
+    why = underived(record) or sooner_than_its_links(record)
     if why:
         raise InvalidRecord(f"{where}: trial record field {why}")
     return record
@@ -217,6 +217,43 @@ def underived(r: dict) -> str | None:
         if not _same(value, expected):
             return f"{name}: {value!r}, where {source} give {expected!r}: changed after the run"
     return None
+
+
+# netem takes its delay in whole microseconds, one rounding per direction; the userspace relay
+# holds a packet its exact delay. Nothing else lets a probe back sooner than its link holds it.
+ROUNDING_MS = 0.002
+
+
+def sooner_than_its_links(r: dict) -> str | None:
+    """The measured RTT, in words, where it is shorter than the round trip the record's emulated
+    links hold a packet, or None. The RTT is a probe's through those links (emulation.network.
+    measure_rtt), which cannot come back sooner: one of the two was changed after the run. A
+    direction whose link was down, or whose jitter has no floor, holds a packet for no known time."""
+    network, vms = r["cluster"]["network"], r["cluster"]["vms_used"] or []
+    rtt, links = network.get("rtt_ms"), network.get("links") or {}
+    if rtt is None or not links:
+        return None
+    trips = [(held(links.get(f"{a}>{b}")) + held(links.get(f"{b}>{a}")), a, b)
+             for i, a in enumerate(vms) for b in vms[i + 1:]]
+    if not trips:
+        return None
+    least, a, b = min(trips)
+    if rtt >= least - ROUNDING_MS:
+        return None
+    return (f"cluster/network/rtt_ms: {rtt:.4g} ms, shorter than the {least:.4g} ms its links hold a round trip "
+            f"({a}>{b} and back): a probe through them cannot come back sooner, so one was changed after the run")
+
+
+def held(direction: dict | None) -> float:
+    """The least time, in ms, one direction of an emulated link holds a packet (0 where unknown)."""
+    if not isinstance(direction, dict) or direction.get("up") is False:
+        return 0.0
+    delay, jitter = direction.get("delay_ms"), direction.get("jitter_ms") or 0.0
+    if not isinstance(delay, (int, float)) or not isinstance(jitter, (int, float)):
+        return 0.0
+    if jitter and direction.get("jitter_distribution", "normal") != "uniform":
+        return 0.0  # normal and pareto jitter can take the whole delay away
+    return max(0.0, delay - jitter)
 
 
 def _same(value, expected) -> bool:
