@@ -138,8 +138,8 @@ def test_calibration_trials_no_run_makes_are_refused_in_one_line(tmp_path, docto
 
 
 @pytest.mark.parametrize("scaled_to, set_to, said", [
-    (None, 0.1, "scaled to None Gbit/s and set to 0.1, None Gbit/s"),
-    (0.1, "gone", "scaled to 0.1 Gbit/s and set to None Gbit/s"),
+    (None, 0.1, "similarity link vm1>vm2 set to 0.1 Gbit/s where its scaling sets None Gbit/s"),
+    (0.1, "gone", "similarity link vm1>vm2 set to None Gbit/s where its scaling sets 0.1 Gbit/s"),
 ], ids=["a-rate-in-one-direction", "links-gone-where-scaled-to-a-rate"])
 def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_refused_in_one_line(tmp_path, scaled_to,
                                                                                                    set_to, said):
@@ -165,8 +165,29 @@ def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_ref
     else:
         network["links"]["vm1>vm2"]["bandwidth_gbps"] = set_to
     path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=re.escape(f"a trial on UTAH-GPN names its link {said}; a scaled link is set to "
-                                                 "its rate")) as e:
+    with pytest.raises(BadInput, match=re.escape(f"a trial on UTAH-GPN names its {said}; a run sets every direction "
+                                                 "to the rate its link was made with")) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value)
+
+
+def test_a_literal_trial_whose_link_was_set_to_another_rate_than_its_slices_is_refused_in_one_line(tmp_path):
+    """On literal links the groups and the declared limits' figures are worked out from the trials'
+    own links: a rate doctored into them would move those figures with no trial run on it."""
+    from harness.errors import BadInput
+
+    folder = tmp_path / "literal"
+    shutil.copytree(ROOT / "reports" / "baselines" / "alpa-shard-quick-literal-2026-11-27", folder)
+    path = rejudge.results_file(folder)
+    recs = records.read(path)
+    across = [r for r in recs if r["cluster"]["slice"] == "UTAH-GPN" and r["cluster"]["network"].get("links")]
+    assert across and across[0]["cluster"]["network"]["scaling"]["mode"] == "literal"
+    for r in across:
+        for direction in r["cluster"]["network"]["links"].values():
+            direction["bandwidth_gbps"] = 0.05
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=re.escape("a trial on UTAH-GPN names its literal link vm1>vm2 set to 0.05 "
+                                                 "Gbit/s where its scaling sets None Gbit/s")) as e:
         rejudge.judge(folder)
     assert "\n" not in str(e.value)
 

@@ -253,6 +253,28 @@ def check_calibration(recs: list[dict], paper_slices: dict[str, Slice]) -> None:
             raise ValueError(f"{where}: a run's is {want[0]} on {want[1]} VMs of {want[2]}, ok")
 
 
+def set_to_its_rate(r: dict, scaling: dict, sl: Slice | None) -> None:
+    """Raise ValueError where a trial across VMs names a direction of its link set to another rate
+    than its scaling sets there. The groups are read from the scaling, the trials' cost from the
+    rates the links were set to (costmodel_check): a scaled link is set to its scaled rate in every
+    direction, a literal one to its slice's own. A direction whose settings are gone is priced on
+    no rate, so it counts as set to none."""
+    vms = r["cluster"]["vms_used"] or []
+    links = r["cluster"]["network"].get("links") or {}
+    for a, b in [(a, b) for a in vms for b in vms if a != b] if r["cluster"]["hosts"] > 1 else []:
+        if scaling["mode"] == SIMILARITY:
+            expected = scaling.get("bandwidth_gbps")
+        elif sl is not None:
+            expected = sl.shape(a, b).bandwidth_gbps
+        else:
+            return  # a slice the run does not name: refused where the trials are judged
+        got = (links.get(f"{a}>{b}") or {}).get("bandwidth_gbps")
+        if got != expected:
+            raise ValueError(f"a trial on {r['cluster']['slice']} names its {scaling['mode']} link {a}>{b} set to "
+                             f"{got} Gbit/s where its scaling sets {expected} Gbit/s; a run sets every direction "
+                             "to the rate its link was made with")
+
+
 def from_run(model: ScaleModel, trials: list[dict], calibration_recs: list[dict],
              paper_slices: dict[str, Slice]) -> Scaling | None:
     """A finished run's links document worked out again from its records alone: what a declared
@@ -272,16 +294,7 @@ def from_run(model: ScaleModel, trials: list[dict], calibration_recs: list[dict]
             if links.setdefault(r["cluster"]["slice"], scaling) != scaling:
                 raise ValueError(f"the trials on {r['cluster']['slice']} name different links: "
                                  f"{links[r['cluster']['slice']]} and {scaling}")
-            # The groups are read from the scaling, the trials' cost from the rates the links were
-            # set to (costmodel_check): a scaled link is set to its scaled rate in every direction.
-            # A trial across VMs whose links are gone is priced on no rate, so it counts as set to none.
-            set_to = ({d.get("bandwidth_gbps") for d in (r["cluster"]["network"].get("links") or {}).values()}
-                      or ({None} if r["cluster"]["hosts"] > 1 else set()))
-            if scaling["mode"] == SIMILARITY and set_to - {scaling.get("bandwidth_gbps")}:
-                raise ValueError(f"a trial on {r['cluster']['slice']} names its link scaled to "
-                                 f"{scaling.get('bandwidth_gbps')} Gbit/s and set to "
-                                 f"{', '.join(map(str, sorted(set_to, key=str)))} Gbit/s; "
-                                 "a scaled link is set to its rate")
+            set_to_its_rate(r, scaling, paper_slices.get(r["cluster"]["slice"]))
     if not links:
         return None
     modes = {s["mode"] for s in links.values()}
