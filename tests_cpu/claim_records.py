@@ -12,11 +12,12 @@ ALLOCATOR_OOM = "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying
 
 def trial(technique: str, slice_name: str, step_times, vms=("vm1", "vm2"), rtt: float = 20.0, status: str = "ok",
           mechanism: str = "userspace", gpus_per_vm: int = 2, reason: str | None = None, link_bytes: int | None = None,
-          shared: bool = False, need_gib: float | None = None) -> dict:
+          shared: bool = False, need_gib: float | None = None, platform: str = "gpu") -> dict:
     """A trial on `vms` (2 GPUs each unless told, 2 sequences per GPU) with these timed step times;
     status ok, oom (the paper's x: the allocator's, unless `reason` says otherwise) or error (a
     crash). link_bytes: what the emulated link carried over its timed steps; shared: its VMs' GPUs
-    emulated on shares of one (need_gib: its step's need)."""
+    emulated on shares of one (need_gib: its step's need); platform: what JAX ran the step on, as
+    a run records it (the record is built here, on whatever this machine has)."""
     batch = 2 * gpus_per_vm * len(vms)
     run = train.TrainRun(len(step_times), losses=[1.0] * len(step_times), step_times_s=list(step_times),
                          excluded_steps=0) if status == "ok" else None
@@ -34,6 +35,7 @@ def trial(technique: str, slice_name: str, step_times, vms=("vm1", "vm2"), rtt: 
                       memory={"bytes_per_device": None if need_gib is None else int(need_gib * 2**30),
                               "source": "xla-memory-analysis of the compiled step"})
     r["data"]["steps_per_epoch"] = CORPUS_SEQUENCES // batch
+    r["environment"]["platform"] = platform
     if status == "ok":
         r["timing"]["epoch_time_s"] = r["timing"]["median_step_s"] * r["data"]["steps_per_epoch"]
     return records.validate(r)

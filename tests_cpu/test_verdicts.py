@@ -359,20 +359,28 @@ def test_only_the_device_allocators_out_of_memory_is_the_papers_x():
     assert "not the device allocator's out of memory" in verdict.evidence[0]
 
 
-def test_on_a_shared_gpu_out_of_memory_is_the_papers_x_only_beyond_the_modelled_gpu():
-    """ZeRO2 "ran out" at 10.2 GiB in a harness share of an H200, below the 14.4 GiB a T4 of
-    UTAH-GPN allows: a harness error. At 30 GiB the modelled GPU could not have held it either."""
+@pytest.mark.parametrize("ran_on, share", [
+    ({"shared": True}, "its share of a shared GPU"),
+    ({"platform": "cpu"}, "this machine's memory, where the CPU stands in for a GPU"),
+], ids=["a-shared-gpu", "the-cpu"])
+def test_on_a_stand_in_for_the_gpu_out_of_memory_is_the_papers_x_only_beyond_the_modelled_gpu(ran_on, share):
+    """ZeRO2 "ran out" at 10.2 GiB in a harness share of an H200 (or of this machine's memory),
+    below the 14.4 GiB a T4 of UTAH-GPN allows: a harness error. At 30 GiB the modelled GPU could
+    not have held it either. With no need recorded, it is not known to be the paper's x."""
     def c1(zero2_need):
-        recs = run_on([GPN], {"Pipeshard": STEPS5, "Data": [2.0] * 5, "Shard": [9.0] * 5}, shared=True)
-        recs.append(trial("ZeRO2", GPN, [], rtt=20.2, status="oom", shared=True, need_gib=zero2_need))
+        recs = run_on([GPN], {"Pipeshard": STEPS5, "Data": [2.0] * 5, "Shard": [9.0] * 5}, **ran_on)
+        recs.append(trial("ZeRO2", GPN, [], rtt=20.2, status="oom", need_gib=zero2_need, **ran_on))
         return claims.c1_two_site(claims.Table(recs, given(GPN)))
 
     harness_error = c1(10.2)
     assert harness_error.status == "not shown" and harness_error.crashed
-    assert "10.2 GiB where the GPU it stands for has 14.4 GiB usable: a harness error" in harness_error.evidence[1]
+    assert (f"ran out of {share}, needing 10.2 GiB where the GPU it stands for has 14.4 GiB usable: a harness "
+            "error") in harness_error.evidence[1]
     assert check(harness_error, ())[0] == "failed"
+    assert f"ran out of {share} before its need was known" in c1(None).evidence[1]
     papers_x = c1(30.0)
     assert {c.key: c.status for c in papers_x.comparisons}["Pipeshard<ZeRO2"] == "holds"
+    assert papers_x.evidence[1].endswith("vs x (out of memory)")  # shown as judged, against the modelled GPU
 
 
 # -- 7. records ------------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ def problem(r: dict, usable_bytes: int | None = None) -> str | None:
     number is no measurement, nor a step of a run whose loss is not a finite number (training
     that diverged, or a record the suite did not write: it never writes one), nor an out of memory
     that is not the paper's x (records.not_the_papers_x; usable_bytes: the modelled GPU's, where
-    it ran on a shared one)."""
+    it ran on a shared one or the CPU)."""
     if r["status"] == "oom":
         return records.not_the_papers_x(r, usable_bytes)
     if r["status"] != "ok":
@@ -199,17 +199,6 @@ def noise(r: dict | None) -> float:
 
 
 label = records.label
-
-
-def show(r: dict | None) -> str:
-    s = state(r)
-    if s == "missing":
-        return "not run"
-    if s == "oom":
-        return "x (out of memory)"
-    if s == "crashed":
-        return f"crashed ({problem(r)})"
-    return f"{epoch_time(r):.3g} s/epoch (±{noise(r):.2g})"
 
 
 def emulated(recs: list[dict]) -> bool:
@@ -332,6 +321,17 @@ class Table:
 
     def state(self, r: dict | None) -> str:
         return state(r, self.usable_bytes(r) if r is not None else None)
+
+    def show(self, r: dict | None) -> str:
+        """A trial's outcome as a verdict's line gives it, judged against the GPU its VMs stand for."""
+        s = self.state(r)
+        if s == "missing":
+            return "not run"
+        if s == "oom":
+            return "x (out of memory)"
+        if s == "crashed":
+            return f"crashed ({problem(r, self.usable_bytes(r))})"
+        return f"{epoch_time(r):.3g} s/epoch (±{noise(r):.2g})"
 
     def slices(self) -> list[str]:
         """Slices judged on all their VMs (with such trials, or given with more than one VM), by increasing RTT."""
@@ -466,7 +466,7 @@ def faster(t: Table, a: dict | None, b: dict | None, key: str, where: str, slice
     """Does a train faster than b (by more than `margin`, a fraction of a's time), beyond the
     noise of both? Out of memory loses to a run that ran."""
     what = what or key.replace("<", " vs ")
-    line = f"{where}: {what}: {show(a)} vs {show(b)}"
+    line = f"{where}: {what}: {t.show(a)} vs {t.show(b)}"
     bad = unusable(t, key, where, slices, what, line, a, b)
     if bad:
         return bad
@@ -577,8 +577,8 @@ def c3_single_vm(t: Table) -> Verdict:
             continue
         d, sh, p = runs["Data"], runs["Shard"], runs["Pipeshard"]
         what = "best of Data and Shard vs Pipeshard"
-        bad = unusable(t, key, where, slices_, what, f"{name}: {what}: Data {show(d)}, Shard {show(sh)}, "
-                                                     f"Pipeshard {show(p)}", d, sh, p)
+        bad = unusable(t, key, where, slices_, what, f"{name}: {what}: Data {t.show(d)}, Shard {t.show(sh)}, "
+                                                     f"Pipeshard {t.show(p)}", d, sh, p)
         if bad:
             v.add(bad)
         elif t.state(d) == t.state(sh) == "oom":
@@ -605,8 +605,8 @@ def c3_data_most(t: Table) -> Verdict:
         if _on_one_gpu(runs):
             v.notes.append(f"{name}: {ONE_GPU}")
             continue
-        bad = unusable(t, "Data-wins", exp, slices_, what, f"{name}: " + ", ".join(f"{k} {show(r)}" for k, r in runs.items()),
-                       *runs.values())
+        shown = ", ".join(f"{k} {t.show(r)}" for k, r in runs.items())
+        bad = unusable(t, "Data-wins", exp, slices_, what, f"{name}: {shown}", *runs.values())
         if bad:
             v.add(bad)
             continue
@@ -625,7 +625,7 @@ def c3_data_most(t: Table) -> Verdict:
         for rival in Technique:
             worst_ratio[rival] = max(worst_ratio[rival], times["Data"] / times[rival])
         v.notes.append(f"{name}: " + (f"{best} wins" if len(winners) == 1 else f"tie within the noise: {', '.join(winners)}")
-                       + " (" + ", ".join(f"{k} {show(r)}" for k, r in runs.items()) + ")")
+                       + f" ({shown})")
     if not sum(possible.values()):
         return v
     counts = ("clear wins " + ", ".join(f"{k} {n}" for k, n in clear.items())
@@ -736,8 +736,8 @@ def c7_geo_pipeshard(t: Table, delta: float = DELTA) -> Verdict:
     key, what = "Pipeshard<others@all-VMs", "no other technique on all VMs trains faster than Pipeshard"
     for s in two_site(t):
         p, others = t.get("Pipeshard", s), [t.get(o, s) for o in OTHERS]
-        bad = unusable(t, key, s, (s,), what, f"{s}: {what}: Pipeshard {show(p)}, "
-                                             + ", ".join(f"{o} {show(r)}" for o, r in zip(OTHERS, others)), p, *others)
+        shown = ", ".join(f"{o} {t.show(r)}" for o, r in zip(OTHERS, others))
+        bad = unusable(t, key, s, (s,), what, f"{s}: {what}: Pipeshard {t.show(p)}, {shown}", p, *others)
         if bad:
             v.add(bad)
             continue
@@ -775,8 +775,8 @@ def c7_single_vm(t: Table, delta: float = DELTA) -> Verdict:
         c = faster(t, best, p, key, s, (s,), margin=delta)
         flipped = {HOLDS: CONTRADICTED, CONTRADICTED: HOLDS}.get(c.status, c.status)
         gap = None if c.gap is None else 1 / c.gap if c.gap else math.inf
-        v.add(Comparison(key, s, flipped, f"{s}: fastest single VM {label(best)} {show(best)} vs "
-                                          f"Pipeshard {show(p)}; {line}", (), (s,), gap, what))
+        v.add(Comparison(key, s, flipped, f"{s}: fastest single VM {label(best)} {t.show(best)} vs "
+                                          f"Pipeshard {t.show(p)}; {line}", (), (s,), gap, what))
     return v
 
 

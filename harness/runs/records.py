@@ -72,10 +72,10 @@ def not_the_papers_x(record: dict, usable_bytes: int | None) -> str | None:
     allocator's. Where the timed step is not the program the paper's stack compiled
     (memory.papers_program), it is the paper's x only if that program needs more than some GPU's
     usable memory: otherwise the paper's stack would have run where this step did not. And where
-    emulated GPUs share a real one (cluster.gpu_sharing), each ran in a share of it, so running
-    out there is the paper's x only if the step needs more than the modelled GPU's usable bytes
-    (usable_bytes; None: the modelled GPU is unknown). A compile-only analysis (no timing) says
-    out of memory by that comparison itself."""
+    emulated GPUs share a real one (cluster.gpu_sharing), or the CPU stands in for them, each ran
+    in a share of that, so running out there is the paper's x only if the step needs more than the
+    modelled GPU's usable bytes (usable_bytes; None: the modelled GPU is unknown). A compile-only
+    analysis (no timing) says out of memory by that comparison itself."""
     if record["status"] != "oom":
         return "not out of memory"
     if "compile only" in (record["memory"]["source"] or ""):
@@ -86,15 +86,19 @@ def not_the_papers_x(record: dict, usable_bytes: int | None) -> str | None:
         why = _papers_program_fits(record)
         if why:
             return why
-    if not record["cluster"].get("gpu_sharing"):
+    if record["cluster"].get("gpu_sharing"):
+        share = "its share of a shared GPU"
+    elif record["environment"]["platform"] == "cpu":
+        share = "this machine's memory, where the CPU stands in for a GPU"
+    else:
         return None
     need = record["memory"]["bytes_per_device"]
     if usable_bytes is None:
-        return "ran out of its share of a shared GPU, and the GPU it stands for is unknown"
+        return f"ran out of {share}, and the GPU it stands for is unknown"
     if need is None:
-        return "ran out of its share of a shared GPU before its need was known"
+        return f"ran out of {share} before its need was known"
     if need <= usable_bytes:
-        return (f"ran out of its share of a shared GPU, needing {need / 2**30:.1f} GiB where the GPU it stands for "
+        return (f"ran out of {share}, needing {need / 2**30:.1f} GiB where the GPU it stands for "
                 f"has {usable_bytes / 2**30:.1f} GiB usable: a harness error")
     return None
 
