@@ -196,6 +196,16 @@ def _doctor_vms(r):
     r["cluster"]["vms_used"] = [*r["cluster"]["vms_used"], "vm3"]
 
 
+def _doctor_epoch(r, global_batch=None, blocks=None):
+    """Another batch or corpus, with every field derived from it made to follow (a longer epoch
+    to time the same step over)."""
+    r["batch"]["global_batch"] = global_batch or r["batch"]["global_batch"]
+    r["data"]["blocks"] = blocks or r["data"]["blocks"]
+    r["tokens"] = r["steps"] * r["batch"]["global_batch"] * r["batch"]["seq_len"]
+    r["data"]["steps_per_epoch"] = r["data"]["blocks"] // r["batch"]["global_batch"]
+    r["timing"]["epoch_time_s"] = r["timing"]["median_step_s"] * r["data"]["steps_per_epoch"]
+
+
 @pytest.mark.parametrize("doctor, message", [
     (lambda r: r["model"].update(n_layer=8), r"ZeRO2 on TACC-TACC vm1 \(record_id \w+\) trained model n_layer 8 where "
                                              r"Data on TACC-TACC vm1\+vm2 \(record_id \w+\) trained 4: a run's trials"),
@@ -203,7 +213,11 @@ def _doctor_vms(r):
     (lambda r: r.update(precision="bfloat16"), r"trained precision 'bfloat16' where .* trained 'float32'"),
     (_doctor_vms, r"ZeRO2 on TACC-TACC vm1\+vm3 \(record_id \w+\) names vm3, which TACC-TACC does not have "
                   r"\(its VMs: vm1, vm2\)"),
-], ids=["a-model-field", "the-microbatches", "the-precision", "a-vm-the-slice-lacks"])
+    (lambda r: _doctor_epoch(r, global_batch=2), r"trained sequences per GPU 1.0 where .* trained 2.0"),
+    (lambda r: _doctor_epoch(r, blocks=12762), r"trained corpus blocks 12762 where .* trained 6381: a run's trials "
+                                               r"train one model on one batch shape over one corpus$"),
+], ids=["a-model-field", "the-microbatches", "the-precision", "a-vm-the-slice-lacks", "a-batch-per-gpu",
+        "a-corpus"])
 def test_a_trial_unlike_the_runs_others_is_refused_in_one_line(tmp_path, doctor, message):
     """Nothing in a verdict reads a trial's model or batch shape, so a trial of another model (or
     on a VM its slice does not have) beside the run's others would be judged as one of them."""

@@ -76,6 +76,7 @@ def test_malformed_records_are_rejected_naming_the_field(record, path, value, fi
     (["timing", "step_times_s", 1], 10, "timing/median_step_s"),  # the times under a median left as it was
     (["tokens"], 2, "tokens"),
     (["steps"], 2, "steps"),
+    (["data", "steps_per_epoch"], 2, "data/steps_per_epoch"),  # an epoch of other batches than the corpus gives
     (["throughput", "tflops_alpa"], 3, "throughput/tflops_alpa"),
     (["throughput", "tflops_rule"], 3, "throughput/tflops_rule"),
 ])

@@ -136,14 +136,20 @@ class MixedRecords(BadInput):
 
 
 # What every trial of one run shares. The paper compares techniques and slices training one model
-# on one batch shape; a trial of another model beside them would be judged as if it were the same
-# experiment (nothing else in a verdict reads the model), so a run mixing them is refused instead.
+# on one batch shape over one corpus; a trial of another model beside them would be judged as if it
+# were the same experiment (nothing else in a verdict reads the model), so a run mixing them is
+# refused instead. An epoch is the corpus's blocks in batches of the sequences per GPU times the
+# GPUs: a trial that names another corpus or batch per GPU has another epoch to time.
 SHARED = {"model": lambda r: r["model"], "sequence length": lambda r: r["batch"]["seq_len"],
-          "microbatches": lambda r: r["batch"]["micro_batches"], "precision": lambda r: r["precision"]}
+          "microbatches": lambda r: r["batch"]["micro_batches"], "precision": lambda r: r["precision"],
+          "sequences per GPU": lambda r: r["batch"]["global_batch"] / (r["cluster"]["hosts"]
+                                                                      * r["cluster"]["devices_per_host"]),
+          "corpus": lambda r: {k: r["data"].get(k) for k in ("corpus", "tokenizer", "blocks")}}
 
 
 def one_experiment(recs: list[dict]) -> None:
-    """Refuse, in one line, trial records that did not all train one model on one batch shape."""
+    """Refuse, in one line, trial records that did not all train one model on one batch shape and
+    one corpus."""
     for r in recs[1:]:
         for what, of in SHARED.items():
             mine, theirs = of(r), of(recs[0])
@@ -154,7 +160,7 @@ def one_experiment(recs: list[dict]) -> None:
                 what, mine, theirs = f"{what} {key}", mine.get(key), theirs.get(key)
             raise MixedRecords(f"the trial {label(r)} (record_id {r['record_id']}) trained {what} {mine!r} where "
                                f"{label(recs[0])} (record_id {recs[0]['record_id']}) trained {theirs!r}: a run's "
-                               f"trials train one model on one batch shape")
+                               f"trials train one model on one batch shape over one corpus")
 
 
 def label(r: dict) -> str:
@@ -207,9 +213,12 @@ def underived(r: dict) -> str | None:
         "tokens": ("steps x batch/global_batch x batch/seq_len",
                    r["steps"] * r["batch"]["global_batch"] * r["batch"]["seq_len"]),
         "timing/median_step_s": ("timing/step_times_s after timing/excluded_warmup_steps", median),
-        "timing/epoch_time_s": ("timing/median_step_s x data/steps_per_epoch",
-                                median * per_epoch if median and per_epoch else None),
     }
+    if r["data"].get("blocks") is not None:  # an epoch is the corpus's blocks in whole batches
+        derived["data/steps_per_epoch"] = ("data/blocks // batch/global_batch",
+                                           r["data"]["blocks"] // r["batch"]["global_batch"])
+    derived["timing/epoch_time_s"] = ("timing/median_step_s x data/steps_per_epoch",
+                                      median * per_epoch if median and per_epoch else None)
     for rule in ("alpa", "rule"):  # records made before a rule was kept have neither field
         if f"flops_per_step_{rule}" in th and f"tflops_{rule}" in th:
             derived[f"throughput/tflops_{rule}"] = (
