@@ -242,6 +242,15 @@ def _on(slice_name, all_vms=True):
                       and (len(r["cluster"]["vms_used"]) > 1 or not all_vms))
 
 
+def _made_live(r):
+    """An emulated link's trial passed off as a live slice's: a live run's VMs are different
+    machines, so no drift of one machine widens its noise."""
+    network = r["cluster"]["network"]
+    network["mechanism"] = "live"
+    network.pop("links")
+    network.pop("packets")
+
+
 def _set_delays(r, ms):
     for direction in r["cluster"]["network"]["links"].values():
         direction["delay_ms"] = ms
@@ -259,8 +268,11 @@ def _set_delays(r, ms):
      r"TACC-TACC's is 0.1: a run makes each slice's link from that slice's own$"),
     (_on("UTAH-GPN", all_vms=False), lambda r: r["cluster"]["network"]["scaling"].update(paper_bandwidth_gbps=10.0),
      r"network.scaling.paper_bandwidth_gbps is 10.0 where UTAH-GPN's is None"),
+    (_on("UTAH-GPN"), _made_live,
+     r"the record Data on UTAH-GPN vm1\+vm2 \(record_id \w+\): network.mechanism is 'live' where its "
+     r"network.scaling names a link made from the paper's, which only an emulated link \(userspace or netem\) is$"),
 ], ids=["measured-rtt-below-its-links", "links-unlike-their-scaling", "a-single-site-slice-made-two-site",
-        "a-rate-the-paper-did-not-give"])
+        "a-rate-the-paper-did-not-give", "an-emulated-link-called-live"])
 def test_a_link_doctored_away_from_its_slice_or_its_probe_is_refused_in_one_line(tmp_path, which, doctor, message):
     """C1 reads which slices are two-site from the paper's RTT the records name, C2 orders the
     slices by the RTT they measured: changed on every trial of a slice, either would be judged."""

@@ -203,7 +203,10 @@ label = records.label
 
 def emulated(recs: list[dict]) -> bool:
     """Whether the run's slices are emulated: every VM a share of one machine."""
-    return any(r["cluster"]["network"]["mechanism"] in ("userspace", "netem") for r in recs)
+    return any(r["cluster"]["network"]["mechanism"] in EMULATED for r in recs)
+
+
+EMULATED = ("userspace", "netem")  # the mechanisms of an emulated link (harness.backends.emulation)
 
 
 def drift(recs: list[dict]) -> float:
@@ -259,6 +262,11 @@ def scaled_from(r: dict, sl) -> None:
     if not scaling:
         return
     where = f"the record {label(r)} (record_id {r['record_id']})"
+    mechanism = r["cluster"]["network"]["mechanism"]
+    if r["cluster"]["hosts"] > 1 and mechanism not in EMULATED:
+        # Only an emulated run makes links from the paper's; judged as live, its drift would go uncounted.
+        raise BadInput(f"{where}: network.mechanism is {mechanism!r} where its network.scaling names a link made "
+                       f"from the paper's, which only an emulated link ({' or '.join(EMULATED)}) is")
     for name, paper in (("paper_rtt_ms", sl.rtt_ms), ("paper_bandwidth_gbps", sl.bandwidth_gbps)):
         if not _same(scaling.get(name), paper):
             raise BadInput(f"{where}: network.scaling.{name} is {scaling.get(name)!r} where {sl.name}'s is "
