@@ -291,6 +291,40 @@ def test_a_link_doctored_away_from_its_slice_or_its_probe_is_refused_in_one_line
     assert "\n" not in str(e.value)
 
 
+def _at_full_speed(recs):
+    for r in recs:
+        if "vm2" in r["cluster"].get("compute_shares", {}):
+            r["cluster"]["compute_shares"]["vm2"] = 1.0
+
+
+def _one_without_shares(recs):
+    del next(r for r in recs[1:] if r["cluster"]["vms_used"] == ["vm2"])["cluster"]["compute_shares"]
+
+
+@pytest.mark.parametrize("doctor, message", [
+    (_at_full_speed, r"the record Data on TACC-TACC vm1\+vm2 \(record_id \w+\): cluster.compute_shares gives vm2 1 of "
+                     r"its cores where its GPU computes at 0.4969 of the run's fastest: a run sets each VM to its "
+                     r"GPU's speed$"),
+    (_one_without_shares, r"the trial \w+ on TACC-TACC vm2 \(record_id \w+\) trained with its VMs at their GPUs' "
+                          r"speeds False where .* trained True"),
+], ids=["a-slow-vm-at-full-speed", "one-trial-without-shares"])
+def test_compute_shares_other_than_the_slices_gpus_give_are_refused_in_one_line(tmp_path, doctor, message):
+    """With its VMs at their GPUs' speeds, a run's single-VM experiments and its drift group trials
+    by those shares: each slice's slower VM called as fast as its first pooled the two, and turned
+    C3.data-most from holds to contradicted."""
+    from harness.errors import BadInput
+
+    folder = tmp_path / "speeds"
+    shutil.copytree(ROOT / "reports" / "baselines" / "gpu-speeds-quick-2026-11-26", folder)
+    path = rejudge.results_file(folder)
+    recs = records.read(path)
+    doctor(recs)
+    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=message) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value)
+
+
 def test_trials_moved_to_a_slice_the_run_did_not_name_are_refused_in_one_line(tmp_path):
     """A GPU run has no links document to cross-check its slices: its trials moved onto another
     Table I slice would be judged there, beside the run's own slice left with no trials."""

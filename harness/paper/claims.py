@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from harness.backends.emulation import compute
 from harness.core.config import Technique
 from harness.errors import BadInput
 from harness.paper import observed, selection
@@ -252,6 +253,22 @@ def on_its_slice(r: dict, given: dict) -> None:
         raise BadInput(f"the record {label(r)} (record_id {r['record_id']}) names {', '.join(foreign)}, which "
                        f"{sl.name} does not have (its VMs: {', '.join(vm.name for vm in sl.vms)})")
     scaled_from(r, sl)
+    at_its_gpus_speed(r, given)
+
+
+def at_its_gpus_speed(r: dict, given: dict) -> None:
+    """Refuse, in one line, a record whose VMs computed at other shares of their cores than their
+    GPUs give against the run's fastest (compute.shares, as the emulator set them): the single-VM
+    experiments and the drift group trials by those shares."""
+    named = r["cluster"].get("compute_shares")
+    if not named:
+        return
+    expected = compute.shares(list(given.values()))[r["cluster"]["slice"]]
+    for vm, share in named.items():
+        if vm in expected and not math.isclose(share, expected[vm], rel_tol=1e-9):
+            raise BadInput(f"the record {label(r)} (record_id {r['record_id']}): cluster.compute_shares gives {vm} "
+                           f"{share:.4g} of its cores where its GPU computes at {expected[vm]:.4g} of the run's "
+                           "fastest: a run sets each VM to its GPU's speed")
 
 
 def scaled_from(r: dict, sl) -> None:

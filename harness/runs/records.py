@@ -144,7 +144,8 @@ SHARED = {"model": lambda r: r["model"], "sequence length": lambda r: r["batch"]
           "microbatches": lambda r: r["batch"]["micro_batches"], "precision": lambda r: r["precision"],
           "sequences per GPU": lambda r: r["batch"]["global_batch"] / (r["cluster"]["hosts"]
                                                                       * r["cluster"]["devices_per_host"]),
-          "corpus": lambda r: {k: r["data"].get(k) for k in ("corpus", "tokenizer", "blocks")}}
+          "corpus": lambda r: {k: r["data"].get(k) for k in ("corpus", "tokenizer", "blocks")},
+          "with its VMs at their GPUs' speeds": lambda r: "compute_shares" in r["cluster"]}
 
 
 def one_experiment(recs: list[dict]) -> None:
