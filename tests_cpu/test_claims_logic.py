@@ -394,15 +394,23 @@ def test_the_papers_own_observations_disagree_where_it_says_so():
 
 def test_c3_emulated_vms_at_other_gpu_speeds_are_other_experiments():
     """A VM's runs pool across slices only where it computed at one speed (its GPU's share,
-    harness.backends.emulation.compute): the first VM at half speed on one slice is an experiment of its own."""
-    def at(share, recs):
-        return [{**r, "cluster": {**r["cluster"], "compute_shares": {vm: share for vm in r["cluster"]["vms_used"]}}}
+    harness.backends.emulation.compute): BRIS-STAR's first VM, an A30, computes at 0.63 of
+    TACC-TACC's RTX6000, and is an experiment of its own."""
+    from harness.backends.emulation import compute
+
+    def at_their_speeds(recs, given):
+        shares = compute.shares(given)
+        return [{**r, "cluster": {**r["cluster"], "compute_shares": {vm: shares[r["cluster"]["slice"]][vm]
+                                                                    for vm in r["cluster"]["vms_used"]}}}
                 for r in recs]
 
-    marker = all_vms(GPN, 20, FAST_PIPESHARD)
-    same = at(1.0, experiment([1.0] * 3, [2.0] * 3) + experiment([1.0] * 3, [2.0] * 3, slice_name=GPN) + marker)
+    same = at_their_speeds(experiment([1.0] * 3, [2.0] * 3) + experiment([1.0] * 3, [2.0] * 3, slice_name=GPN)
+                           + all_vms(GPN, 20, FAST_PIPESHARD), SLICES)
     assert len(claims.Table(same, SLICES).single_vm_experiments()) == 1
-    other = at(1.0, experiment([1.0] * 3, [2.0] * 3)) + at(0.5, experiment([2.0] * 3, [4.0] * 3, slice_name=GPN) + marker)
-    experiments = claims.Table(other, SLICES).single_vm_experiments()
+    bris = [SLICES[0], slices.load("BRIS-STAR")]
+    other = at_their_speeds(experiment([1.0] * 3, [2.0] * 3) + experiment([2.0] * 3, [4.0] * 3, slice_name="BRIS-STAR")
+                            + all_vms("BRIS-STAR", 20, FAST_PIPESHARD), bris)
+    assert sorted({round(r["cluster"]["compute_shares"]["vm1"], 3) for r in other}) == [0.632, 1.0]
+    experiments = claims.Table(other, bris).single_vm_experiments()
     assert len(experiments) == 2 and len({where for _, where, _, _ in experiments}) == 2
-    assert "clear wins Data 2, " in claims.c3_data_most(table(*other)).evidence[0]
+    assert "clear wins Data 2, " in claims.c3_data_most(claims.Table(other, bris)).evidence[0]
