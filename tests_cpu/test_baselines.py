@@ -102,6 +102,16 @@ def test_a_doctored_links_figure_moves_no_verdict_and_is_named(tmp_path):
     assert not any(d.startswith("similarity ") and "within the tolerance" in d for d in apart), apart
 
 
+def _refused(folder: Path, recs: list[dict], message: str) -> None:
+    """The folder's results.jsonl, rewritten as recs, is refused by judging in one line matching message."""
+    from harness.errors import BadInput
+
+    rejudge.results_file(folder).write_text("".join(records.dumps(r) + "\n" for r in recs))
+    with pytest.raises(BadInput, match=message) as e:
+        rejudge.judge(folder)
+    assert "\n" not in str(e.value)
+
+
 def _calibration(folder: Path, doctor) -> None:
     path = folder / "calibration.jsonl"
     recs = records.read(path)
@@ -148,8 +158,6 @@ def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_ref
     one direction of an unshaped scaled link would price that trial shaped beside unshaped groups;
     a trial across VMs whose links are gone is priced on no rate. Every other trial on the slice
     is left as a run on that link writes it, so only the doctored one can be refused."""
-    from harness.errors import BadInput
-
     folder = _copy(tmp_path)
     path = folder / "results.jsonl"
     recs = records.read(path)
@@ -164,18 +172,13 @@ def test_a_trial_whose_link_was_set_to_another_rate_than_it_was_scaled_to_is_ref
         del network["links"]
     else:
         network["links"]["vm1>vm2"]["bandwidth_gbps"] = set_to
-    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=re.escape(f"a trial on UTAH-GPN names its {said}; a run sets every direction "
-                                                 "to the rate its link was made with")) as e:
-        rejudge.judge(folder)
-    assert "\n" not in str(e.value)
+    _refused(folder, recs, re.escape(f"a trial on UTAH-GPN names its {said}; a run sets every direction "
+                                     "to the rate its link was made with"))
 
 
 def test_a_literal_trial_whose_link_was_set_to_another_rate_than_its_slices_is_refused_in_one_line(tmp_path):
     """On literal links the groups and the declared limits' figures are worked out from the trials'
     own links: a rate doctored into them would move those figures with no trial run on it."""
-    from harness.errors import BadInput
-
     folder = tmp_path / "literal"
     shutil.copytree(ROOT / "reports" / "baselines" / "alpa-shard-quick-literal-2026-11-27", folder)
     path = rejudge.results_file(folder)
@@ -185,11 +188,8 @@ def test_a_literal_trial_whose_link_was_set_to_another_rate_than_its_slices_is_r
     for r in across:
         for direction in r["cluster"]["network"]["links"].values():
             direction["bandwidth_gbps"] = 0.05
-    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=re.escape("a trial on UTAH-GPN names its literal link vm1>vm2 set to 0.05 "
-                                                 "Gbit/s where its scaling sets None Gbit/s")) as e:
-        rejudge.judge(folder)
-    assert "\n" not in str(e.value)
+    _refused(folder, recs, re.escape("a trial on UTAH-GPN names its literal link vm1>vm2 set to 0.05 "
+                                     "Gbit/s where its scaling sets None Gbit/s"))
 
 
 def _doctor_vms(r):
@@ -221,8 +221,6 @@ def _doctor_epoch(r, global_batch=None, blocks=None):
 def test_a_trial_unlike_the_runs_others_is_refused_in_one_line(tmp_path, doctor, message):
     """Nothing in a verdict reads a trial's model or batch shape, so a trial of another model (or
     on a VM its slice does not have) beside the run's others would be judged as one of them."""
-    from harness.errors import BadInput
-
     folder = _copy(tmp_path)
     path = folder / "results.jsonl"
     recs = records.read(path)
@@ -230,10 +228,7 @@ def test_a_trial_unlike_the_runs_others_is_refused_in_one_line(tmp_path, doctor,
                  and r["cluster"]["slice"] == "TACC-TACC")
     assert index > 0  # another trial comes first, so it is this one that is named
     doctor(recs[index])
-    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=message) as e:
-        rejudge.judge(folder)
-    assert "\n" not in str(e.value)
+    _refused(folder, recs, message)
 
 
 def _on(slice_name, all_vms=True):
@@ -249,6 +244,12 @@ def _made_live(r):
     network["mechanism"] = "live"
     network.pop("links")
     network.pop("packets")
+
+
+def _links_gone_and_rtt_lowered(r):
+    """With its links gone, a measured RTT has nothing to be held against."""
+    del r["cluster"]["network"]["links"]
+    r["cluster"]["network"]["rtt_ms"] = 0.01
 
 
 def _set_delays(r, ms):
@@ -271,13 +272,14 @@ def _set_delays(r, ms):
     (_on("UTAH-GPN"), _made_live,
      r"the record Data on UTAH-GPN vm1\+vm2 \(record_id \w+\): network.mechanism is 'live' where its "
      r"network.scaling names a link made from the paper's, which only an emulated link \(userspace or netem\) is$"),
+    (_on("UTAH-GPN"), _links_gone_and_rtt_lowered,
+     r"the record Data on UTAH-GPN vm1\+vm2 \(record_id \w+\) names no delay for its link vm1>vm2 or back, where "
+     r"its network.scaling names a link made from the paper's: a run records the links its trials crossed$"),
 ], ids=["measured-rtt-below-its-links", "links-unlike-their-scaling", "a-single-site-slice-made-two-site",
-        "a-rate-the-paper-did-not-give", "an-emulated-link-called-live"])
+        "a-rate-the-paper-did-not-give", "an-emulated-link-called-live", "links-gone-and-rtt-lowered"])
 def test_a_link_doctored_away_from_its_slice_or_its_probe_is_refused_in_one_line(tmp_path, which, doctor, message):
     """C1 reads which slices are two-site from the paper's RTT the records name, C2 orders the
     slices by the RTT they measured: changed on every trial of a slice, either would be judged."""
-    from harness.errors import BadInput
-
     folder = _copy(tmp_path)
     path = folder / "results.jsonl"
     recs = records.read(path)
@@ -285,16 +287,17 @@ def test_a_link_doctored_away_from_its_slice_or_its_probe_is_refused_in_one_line
     assert doctored
     for r in doctored:
         doctor(r)
-    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=message) as e:
-        rejudge.judge(folder)
-    assert "\n" not in str(e.value)
+    _refused(folder, recs, message)
 
 
 def _at_full_speed(recs):
     for r in recs:
         if "vm2" in r["cluster"].get("compute_shares", {}):
             r["cluster"]["compute_shares"]["vm2"] = 1.0
+
+
+def _a_vm_left_out(recs):
+    del next(r for r in recs if r["cluster"]["vms_used"] == ["vm1", "vm2"])["cluster"]["compute_shares"]["vm2"]
 
 
 def _one_without_shares(recs):
@@ -307,29 +310,24 @@ def _one_without_shares(recs):
                      r"GPU's speed$"),
     (_one_without_shares, r"the trial \w+ on TACC-TACC vm2 \(record_id \w+\) trained with its VMs at their GPUs' "
                           r"speeds False where .* trained True"),
-], ids=["a-slow-vm-at-full-speed", "one-trial-without-shares"])
+    (_a_vm_left_out, r"the record Data on TACC-TACC vm1\+vm2 \(record_id \w+\): cluster.compute_shares names vm1 "
+                     r"where it ran on vm1, vm2: a run gives every VM of a trial its share$"),
+], ids=["a-slow-vm-at-full-speed", "one-trial-without-shares", "a-vm-left-out"])
 def test_compute_shares_other_than_the_slices_gpus_give_are_refused_in_one_line(tmp_path, doctor, message):
     """With its VMs at their GPUs' speeds, a run's single-VM experiments and its drift group trials
     by those shares: each slice's slower VM called as fast as its first pooled the two, and turned
     C3.data-most from holds to contradicted."""
-    from harness.errors import BadInput
-
     folder = tmp_path / "speeds"
     shutil.copytree(ROOT / "reports" / "baselines" / "gpu-speeds-quick-2026-11-26", folder)
     path = rejudge.results_file(folder)
     recs = records.read(path)
     doctor(recs)
-    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=message) as e:
-        rejudge.judge(folder)
-    assert "\n" not in str(e.value)
+    _refused(folder, recs, message)
 
 
 def test_trials_moved_to_a_slice_the_run_did_not_name_are_refused_in_one_line(tmp_path):
     """A GPU run has no links document to cross-check its slices: its trials moved onto another
     Table I slice would be judged there, beside the run's own slice left with no trials."""
-    from harness.errors import BadInput
-
     folder = tmp_path / "h100"
     shutil.copytree(ROOT / "reports" / "baselines" / "h100-2026-11-26", folder)
     path = rejudge.results_file(folder)
@@ -338,24 +336,18 @@ def test_trials_moved_to_a_slice_the_run_did_not_name_are_refused_in_one_line(tm
         if r["cluster"]["slice"] == "UTAH-GPN":
             r["cluster"]["slice"] = "BRIS-STAR"
     assert {r["cluster"]["slice"] for r in recs} == {"TACC-TACC", "BRIS-STAR"}
-    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=r"the record \w+ on BRIS-STAR vm\d(\+vm\d)? \(record_id \w+\) is on BRIS-STAR, "
-                                       r"which is not one of the run's slices \(TACC-TACC, UTAH-GPN\)$"):
-        rejudge.judge(folder)
+    _refused(folder, recs, r"the record \w+ on BRIS-STAR vm\d(\+vm\d)? \(record_id \w+\) is on BRIS-STAR, "
+                           r"which is not one of the run's slices \(TACC-TACC, UTAH-GPN\)$")
 
 
 def test_a_memory_analysis_naming_a_vm_its_slice_lacks_is_refused_in_one_line(tmp_path):
-    from harness.errors import BadInput
-
     folder = _copy(tmp_path)
     path = folder / "results.jsonl"
     recs = records.read(path)
     analysis = next(r for r in recs if rejudge.is_memory(r) and r["cluster"]["slice"] == "UTAH-GPN")
     analysis["cluster"]["vms_used"] = ["vm1", "vm7"]
-    path.write_text("".join(records.dumps(r) + "\n" for r in recs))
-    with pytest.raises(BadInput, match=r"the record \w+ on UTAH-GPN vm1\+vm7 \(record_id \w+\) names vm7, which "
-                                       r"UTAH-GPN does not have \(its VMs: vm1, vm2\)$"):
-        rejudge.judge(folder)
+    _refused(folder, recs, r"the record \w+ on UTAH-GPN vm1\+vm7 \(record_id \w+\) names vm7, which "
+                           r"UTAH-GPN does not have \(its VMs: vm1, vm2\)$")
 
 
 def test_a_budget_naming_another_model_than_the_trials_trained_is_refused_in_one_line(tmp_path):

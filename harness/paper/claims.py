@@ -202,12 +202,12 @@ def noise(r: dict | None) -> float:
 label = records.label
 
 
+EMULATED = ("userspace", "netem")  # the mechanisms of an emulated link (harness.backends.emulation)
+
+
 def emulated(recs: list[dict]) -> bool:
     """Whether the run's slices are emulated: every VM a share of one machine."""
     return any(r["cluster"]["network"]["mechanism"] in EMULATED for r in recs)
-
-
-EMULATED = ("userspace", "netem")  # the mechanisms of an emulated link (harness.backends.emulation)
 
 
 def drift(recs: list[dict]) -> float:
@@ -261,11 +261,15 @@ def at_its_gpus_speed(r: dict, given: dict) -> None:
     GPUs give against the run's fastest (compute.shares, as the emulator set them): the single-VM
     experiments and the drift group trials by those shares."""
     named = r["cluster"].get("compute_shares")
-    if not named:
+    if named is None:
         return
+    if set(named) != set(r["cluster"]["vms_used"] or []):  # a VM left out would count as at full speed
+        raise BadInput(f"the record {label(r)} (record_id {r['record_id']}): cluster.compute_shares names "
+                       f"{', '.join(sorted(named)) or 'no VM'} where it ran on {', '.join(r['cluster']['vms_used'] or [])}: "
+                       "a run gives every VM of a trial its share")
     expected = compute.shares(list(given.values()))[r["cluster"]["slice"]]
     for vm, share in named.items():
-        if vm in expected and not math.isclose(share, expected[vm], rel_tol=1e-9):
+        if not records.same(share, expected[vm]):
             raise BadInput(f"the record {label(r)} (record_id {r['record_id']}): cluster.compute_shares gives {vm} "
                            f"{share:.4g} of its cores where its GPU computes at {expected[vm]:.4g} of the run's "
                            "fastest: a run sets each VM to its GPU's speed")
@@ -285,23 +289,21 @@ def scaled_from(r: dict, sl) -> None:
         raise BadInput(f"{where}: network.mechanism is {mechanism!r} where its network.scaling names a link made "
                        f"from the paper's, which only an emulated link ({' or '.join(EMULATED)}) is")
     for name, paper in (("paper_rtt_ms", sl.rtt_ms), ("paper_bandwidth_gbps", sl.bandwidth_gbps)):
-        if not _same(scaling.get(name), paper):
+        if not records.same(scaling.get(name), paper):
             raise BadInput(f"{where}: network.scaling.{name} is {scaling.get(name)!r} where {sl.name}'s is "
                            f"{paper!r}: a run makes each slice's link from that slice's own")
     links, vms = r["cluster"]["network"].get("links") or {}, r["cluster"]["vms_used"] or []
     a, b = sl.farthest_pair if len(sl.vms) > 1 else (None, None)
-    there = [links.get(f"{a}>{b}"), links.get(f"{b}>{a}")]
-    delays = [d.get("delay_ms") for d in there if isinstance(d, dict)]
-    if a in vms and b in vms and scaling.get("rtt_ms") is not None and len(delays) == 2 and None not in delays:
-        if not _same(sum(delays), scaling["rtt_ms"]):
-            raise BadInput(f"{where} names its link scaled to {scaling['rtt_ms']:.4g} ms where its links {a}>{b} and "
-                           f"back delay {sum(delays):.4g} ms: a run sets the links to the RTT it scaled to")
-
-
-def _same(value, expected) -> bool:
-    if value is None or expected is None:
-        return value is None and expected is None
-    return math.isclose(value, expected, rel_tol=1e-6)  # one figure, halved per direction and added back
+    if r["cluster"]["hosts"] < 2 or a not in vms or b not in vms or scaling.get("rtt_ms") is None:
+        return
+    # Without its links a record's measured RTT has nothing to be held against (records.sooner_than_its_links).
+    delays = [(links.get(direction) or {}).get("delay_ms") for direction in (f"{a}>{b}", f"{b}>{a}")]
+    if not all(isinstance(d, (int, float)) for d in delays):
+        raise BadInput(f"{where} names no delay for its link {a}>{b} or back, where its network.scaling names a "
+                       "link made from the paper's: a run records the links its trials crossed")
+    if not records.same(sum(delays), scaling["rtt_ms"]):
+        raise BadInput(f"{where} names its link scaled to {scaling['rtt_ms']:.4g} ms where its links {a}>{b} and "
+                       f"back delay {sum(delays):.4g} ms: a run sets the links to the RTT it scaled to")
 
 
 class Table:

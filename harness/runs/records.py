@@ -228,7 +228,7 @@ def underived(r: dict) -> str | None:
     for name, (source, expected) in derived.items():
         section, _, key = name.rpartition("/")
         value = (r[section] if section else r)[key]
-        if not _same(value, expected):
+        if not same(value, expected):
             return f"{name}: {value!r}, where {source} give {expected!r}: changed after the run"
     return None
 
@@ -270,7 +270,8 @@ def held(direction: dict | None) -> float:
     return max(0.0, delay - jitter)
 
 
-def _same(value, expected) -> bool:
+def same(value, expected) -> bool:
+    """One figure written twice, as JSON reads it back: the same arithmetic (or both None)."""
     if value is None or expected is None:
         return value is None and expected is None
     return math.isclose(value, expected, rel_tol=1e-9)  # the same arithmetic, read back from JSON
