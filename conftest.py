@@ -97,6 +97,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "untimed" in item.keywords:
             check_untimed(item)
+        elif "cpu" in item.keywords and "slow" not in item.keywords:
+            check_fast(item)
 
     if any("gpu" in item.keywords for item in items):
         reason = gpu_missing_reason()
@@ -114,20 +116,32 @@ def pytest_collection_modifyitems(config, items):
 
 
 # What a test times or starts through its fixtures and marks: such a test shares the machine with
-# nothing, so it may not be marked untimed (CI runs those side by side).
+# nothing, so it may be neither marked untimed nor in the fast tier (CI runs both side by side, -n 2).
 TIMING_FIXTURES = ("benchmark", "emulation", "backend", "claims_log")
+
+
+def timed_through(item) -> str | None:
+    """What the test times or starts slices through, or None."""
+    uses = [f for f in TIMING_FIXTURES if f in item.fixturenames]
+    return ", ".join(uses) or ("its claims backend" if item.get_closest_marker("claims_backend") else None)
 
 
 def check_untimed(item) -> None:
     """Stop the session, before any test runs, where the untimed mark would put a timed test or one
     that brings up VMs beside other tests: its times, or the leak checks' counts, would be the other
     test's as well."""
-    uses = [f for f in TIMING_FIXTURES if f in item.fixturenames]
     if "slow" not in item.keywords:
         raise pytest.UsageError(f"{item.nodeid}: marked untimed but not slow; untimed splits the slow tier only")
-    if uses or item.get_closest_marker("claims_backend"):
+    if timed_through(item):
         raise pytest.UsageError(f"{item.nodeid}: marked untimed but times or starts slices through "
-                                f"{', '.join(uses) or 'its claims backend'}; drop the untimed mark")
+                                f"{timed_through(item)}; drop the untimed mark")
+
+
+def check_fast(item) -> None:
+    """The same for the fast tier, which CI runs side by side too."""
+    if timed_through(item):
+        raise pytest.UsageError(f"{item.nodeid}: in the fast tier but times or starts slices through "
+                                f"{timed_through(item)}; mark it slow")
 
 
 def gpu_missing_reason() -> str | None:

@@ -140,13 +140,16 @@ UNTIMED_PROBES = {
     "its claims backend": "@pytest.mark.slow\n@pytest.mark.untimed\n@pytest.mark.claims_backend('local')\n"
                           "def test_it():\n    pass\n",
     "not slow": "@pytest.mark.untimed\ndef test_it():\n    pass\n",
+    # a file outside the suite has no tier of its own: the mark puts it in tests_cpu's fast tier
+    "in the fast tier but times": "@pytest.mark.cpu\ndef test_it(benchmark):\n    benchmark(sum, [1])\n",
 }
 
 
 @pytest.mark.parametrize("said", UNTIMED_PROBES)
-def test_a_timed_test_marked_untimed_stops_the_session_before_it_runs(tmp_path, said):
-    """CI runs the untimed slow tests side by side (-n 2): a test that times something, or brings
-    up slices whose processes the leak checks count, must not be among them. The suite's conftest,
+def test_a_timed_test_in_a_tier_run_side_by_side_stops_the_session_before_it_runs(tmp_path, said):
+    """CI runs the untimed slow tests and the fast tier side by side (-n 2): a test that times
+    something, or brings up slices whose processes the leak checks count, must not be among them.
+    The suite's conftest,
     loaded as a plugin, judges a test file outside the suite."""
     probe = tmp_path / "test_probe.py"
     probe.write_text("import pytest\n\n\n" + UNTIMED_PROBES[said])
