@@ -1,5 +1,6 @@
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +119,45 @@ def test_a_measured_rtt_shorter_than_its_links_hold_a_round_trip_is_refused(reco
                                                     r"[\d.]+ ms, shorter than the [\d.]+ ms its links hold a round "
                                                     r"trip \(vm1>vm2 and back\).*changed after the run$"):
         records.loads(line, "results.jsonl:1")
+
+
+@pytest.fixture(scope="module")
+def emulated_record():
+    """A shipped trial across two emulated VMs, with its links as the run wrote them."""
+    path = Path(records.__file__).parents[1] / "resources" / "baselines" / "quick" / "results.jsonl"
+    return records.read(path)[0]
+
+
+@pytest.mark.parametrize("setting, value, field", [
+    ("delay_ms", True, "vm1>vm2/delay_ms"),  # Python would sum true as 1 ms
+    ("delay_ms", "10.1", "vm1>vm2/delay_ms"),
+    ("delay_ms", -1.0, "vm1>vm2/delay_ms"),
+    ("delay_ms", DELETE, "vm1>vm2"),
+    ("jitter_ms", None, "vm1>vm2/jitter_ms"),
+    ("jitter_distribution", "gaussian", "vm1>vm2/jitter_distribution"),
+    ("loss_percent", 101, "vm1>vm2/loss_percent"),
+    ("loss_gemodel", {"p": 1}, "vm1>vm2/loss_gemodel"),
+    ("queue_packets", 0, "vm1>vm2/queue_packets"),
+    ("up", "yes", "vm1>vm2/up"),
+    ("tcp_buffer_bytes", 1.5, "vm1>vm2/tcp_buffer_bytes"),
+    ("latency_ms", 10.1, "vm1>vm2"),  # a setting the emulation has no such name for
+])
+def test_a_link_setting_not_as_the_emulation_writes_it_is_refused_naming_it(emulated_record, setting, value, field):
+    """The claims hold a scaled trial's links against the RTT it was scaled to, and the records
+    against its measured RTT: a link's settings are typed, or a doctored one would be summed."""
+    bad = mutate(emulated_record, ["cluster", "network", "links", "vm1>vm2", setting], value)
+    with pytest.raises(records.InvalidRecord, match=f"^results.jsonl:1: trial record field cluster/network/links/"
+                                                    f"{field}: "):
+        records.loads(json.dumps(bad), "results.jsonl:1")
+    assert records.loads(json.dumps(emulated_record)) == emulated_record
+
+
+def test_a_link_named_other_than_from_vm_to_vm_is_refused(emulated_record):
+    bad = copy.deepcopy(emulated_record)
+    bad["cluster"]["network"]["links"]["vm1-vm2"] = bad["cluster"]["network"]["links"].pop("vm1>vm2")
+    with pytest.raises(records.InvalidRecord, match="^results.jsonl:1: trial record field cluster/network/links: "
+                                                    "'vm1-vm2' does not match"):
+        records.loads(json.dumps(bad), "results.jsonl:1")
 
 
 def test_a_run_whose_loss_diverged_is_recorded_as_a_failed_trial():
