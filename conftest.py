@@ -132,16 +132,16 @@ def check_untimed(item) -> None:
     test's as well."""
     if "slow" not in item.keywords:
         raise pytest.UsageError(f"{item.nodeid}: marked untimed but not slow; untimed splits the slow tier only")
-    if timed_through(item):
-        raise pytest.UsageError(f"{item.nodeid}: marked untimed but times or starts slices through "
-                                f"{timed_through(item)}; drop the untimed mark")
+    if through := timed_through(item):
+        raise pytest.UsageError(f"{item.nodeid}: marked untimed but times or starts slices through {through}; "
+                                "drop the untimed mark")
 
 
 def check_fast(item) -> None:
     """The same for the fast tier, which CI runs side by side too."""
-    if timed_through(item):
-        raise pytest.UsageError(f"{item.nodeid}: in the fast tier but times or starts slices through "
-                                f"{timed_through(item)}; mark it slow")
+    if through := timed_through(item):
+        raise pytest.UsageError(f"{item.nodeid}: in the fast tier but times or starts slices through {through}; "
+                                "mark it slow")
 
 
 def gpu_missing_reason() -> str | None:
