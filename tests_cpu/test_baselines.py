@@ -403,6 +403,7 @@ def harness_cli(*args):
 
 
 @pytest.mark.slow
+@pytest.mark.untimed  # judges kept records in a subprocess: nothing is trained or timed
 def test_the_judge_command_says_where_a_folder_differs_and_rewrites_it_on_request(tmp_path):
     folder = tmp_path / "run"
     shutil.copytree(resources.path("baselines", "quick-similarity"), folder)

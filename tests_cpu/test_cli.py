@@ -30,6 +30,7 @@ def test_train_help_documents_defaults():
 
 
 @pytest.mark.slow
+@pytest.mark.untimed  # one short training in a subprocess: no link, VM or Ray cluster
 def test_train_json_prints_exactly_one_valid_record():
     proc = harness("train", "--model", "scale-tiny", "--steps", "50", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -41,6 +42,7 @@ def test_train_json_prints_exactly_one_valid_record():
 
 
 @pytest.mark.slow
+@pytest.mark.untimed  # one short training in a subprocess: no link, VM or Ray cluster
 @pytest.mark.parametrize("precision, remat", [("bfloat16", True), ("float32-full", False)])
 def test_train_precision_and_remat_are_the_models_and_recorded(precision, remat):
     proc = harness("train", "--model", "scale-tiny", "--steps", "3", "--precision", precision,
@@ -113,6 +115,7 @@ def test_emulate_rejects_bad_flags_before_touching_the_network(args, message):
 
 
 @pytest.mark.slow
+@pytest.mark.untimed  # one short training in a subprocess: no link, VM or Ray cluster
 def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     """Found out after the run, the record it was meant to keep would be lost."""
     blocker = tmp_path / "a-file"

@@ -9,7 +9,8 @@ from harness.core.config import Setup
 from harness.experiments import infer
 from harness.paper import claims, observed
 
-pytestmark = pytest.mark.slow  # runs trials for the inference command
+# The inference command compiles gpt2m's programs for their memory (compile-only): no link, VM or Ray cluster.
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]
 
 
 def S(batch_per_gpu: int, micro_batches: int) -> Setup:
