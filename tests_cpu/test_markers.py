@@ -149,8 +149,7 @@ UNTIMED_PROBES = {
 def test_a_timed_test_in_a_tier_run_side_by_side_stops_the_session_before_it_runs(tmp_path, said):
     """CI runs the untimed slow tests and the fast tier side by side (-n 2): a test that times
     something, or brings up slices whose processes the leak checks count, must not be among them.
-    The suite's conftest,
-    loaded as a plugin, judges a test file outside the suite."""
+    The suite's conftest, loaded as a plugin, judges a test file outside the suite."""
     probe = tmp_path / "test_probe.py"
     probe.write_text("import pytest\n\n\n" + UNTIMED_PROBES[said])
     proc = run_pytest("-c", str(ROOT / "pyproject.toml"), "-p", "conftest", "--collect-only", "-q", str(probe))

@@ -1,9 +1,9 @@
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
+from harness import resources
 from harness.core import data, train
 from harness.core.config import TrainConfig, model_config
 from harness.paper import claims
@@ -124,8 +124,8 @@ def test_a_measured_rtt_shorter_than_its_links_hold_a_round_trip_is_refused(reco
 @pytest.fixture(scope="module")
 def emulated_record():
     """A shipped trial across two emulated VMs, with its links as the run wrote them."""
-    path = Path(records.__file__).parents[1] / "resources" / "baselines" / "quick" / "results.jsonl"
-    return records.read(path)[0]
+    shipped = records.read(resources.path("baselines", "quick", "results.jsonl"))
+    return next(r for r in shipped if r["cluster"]["network"].get("links"))
 
 
 @pytest.mark.parametrize("setting, value, field", [
