@@ -8,8 +8,7 @@ the stages in the GPipe schedule: all forwards, then (by autodiff of the same ti
 What crosses VMs is only point-to-point: each microbatch's activations go forward to the next
 stage and their gradients come back (collective-permute). With tied embeddings the first stage
 (input embedding) and the last (output head) share one matrix, so its two gradients are summed
-once per step, each GPU pair summing a share of it (sum_tied); that all-reduce is the only
-collective spanning VMs. The loss and the gradient
+once per step; that all-reduce is the only collective spanning VMs. The loss and the gradient
 norm (for clipping) are summed over stages by passing them around the ring of stages.
 
 Inside a VM, each microbatch is split over the VM's devices and stage gradients are all-reduced
@@ -124,9 +123,7 @@ def pipeline_cost(s: Step) -> Cost:
         # the loss and the gradient norm, around the stages (one stage keeps them)
         wire.append(Collective(RING_PASS, (SCALAR,), ring, times=2, what="the loss and the gradient norm"))
         if cfg.tie_embeddings:  # the first stage's embedding and the last's head are one matrix
-            # each GPU pair sums its share: the whole gradient crosses once each way, as Alpa's did
-            wire.append(Collective(ALL_REDUCE, (4 * vocab / per_stage,), between,
-                                   what="the tied embedding's gradient, a share per GPU pair"))
+            wire.append(Collective(ALL_REDUCE, (4 * vocab,), between, what="the tied embedding's gradient"))
     micro = s.batch / m / per_stage  # sequences of one microbatch on one GPU of a stage
     held = in_flight(s.schedule, 0, stages, m)  # the first stage holds the most
     if s.remat:  # keeps each microbatch's stage input; recomputes one microbatch's activations at a time
@@ -196,10 +193,9 @@ class PipeshardParallel(ParallelMethod):
                 loss, grads = stages.loss_and_grads_1f1b(local, inputs, targets, 1 / tokens)
             else:
                 loss, grads = jax.value_and_grad(lambda p: stages.loss(p, inputs, targets) / tokens)(local)
-            tied = grads.pop("wte") if stages.tied else None
             grads = jax.tree.map(lambda g: jax.lax.psum(g, DEVICES), grads)  # data parallel inside the VM
             if stages.tied:  # the one collective across VMs: first stage's embedding + last stage's head
-                grads["wte"] = sum_tied(tied, shape.devices_per_host)
+                grads["wte"] = jax.lax.psum(grads["wte"], HOSTS)
             loss = stages.ring_sum(jax.lax.psum(loss, DEVICES))
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss.reshape(1)
@@ -221,22 +217,10 @@ class PipeshardParallel(ParallelMethod):
                      "inside a VM": f"each microbatch split over {shape.devices_per_host} devices, "
                                     "stage gradients all-reduced inside the VM",
                      "between VMs": "activations and their gradients by collective-permute"
-                                    + ("; tied embedding gradient summed across first and last stage, a share per GPU pair"
-                                       if tied else "")},
+                                    + ("; tied embedding gradient summed across first and last stage" if tied else "")},
         )
 
     cost = staticmethod(pipeline_cost)
-
-
-def sum_tied(grad, devices: int):
-    """The tied embedding's gradient summed over the VM's devices and over the two stages that hold
-    it, crossing the VMs once each way as Alpa sends it: each device sums its share of the VM's sum
-    with its peer on the other VM, then the VM gathers the shares. (Summed whole across the VMs by
-    every device, it would cross once per GPU pair.)"""
-    flat = jnp.pad(grad.reshape(-1), (0, -grad.size % devices))  # shares of equal size
-    share = jax.lax.psum_scatter(flat, DEVICES, tiled=True)
-    share = jax.lax.psum(share, HOSTS)
-    return jax.lax.all_gather(share, DEVICES, tiled=True, to="invarying")[:grad.size].reshape(grad.shape)
 
 
 def _varying_zeros(shape=(), dtype=jnp.float32):
